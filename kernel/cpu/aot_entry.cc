@@ -1,0 +1,117 @@
+// MindSpore ops.Custom(func_type="aot") entry points for the CPU kernel.
+// Built with -D_GLIBCXX_USE_CXX11_ABI=0: MindSpore passes std::string across this boundary in the old ABI.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "rotary_kernel.h"
+
+extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *sin, const int64_t *dy_shape,
+                             const int64_t *cos_shape, const int64_t *sin_shape, const char *dy_dtype,
+                             const char *cos_dtype, const char *sin_dtype, int64_t rotary_mode, int64_t start,
+                             int64_t end, int conjugate, int num_threads);
+
+// Same virtual-method order as MindSpore's AotExtra (include/mindspore/ccsrc/utils/custom_aot_extra.h),
+// declared here because that header pulls in MindSpore's internal headers. Only the vtable is used.
+// Not in an anonymous namespace: GCC would see no subclass and devirtualise calls into the pure stubs.
+class AotExtraView {
+ public:
+  virtual ~AotExtraView() = default;
+  virtual bool HasAttr(std::string name) = 0;
+  virtual bool GetAttrBool(std::string name) = 0;
+  virtual int64_t GetAttrInt(std::string name) = 0;
+  virtual float GetAttrFloat(std::string name) = 0;
+  virtual std::string GetAttrStr(std::string name) = 0;
+  virtual std::vector<int64_t> GetAttrIntVec(std::string name) = 0;
+};
+
+namespace {
+
+
+// MS_ROTARY_NUM_THREADS pins the kernel's thread count (0 or unset: automatic).
+int configured_threads() {
+  static const int threads = [] {
+    const char *env = std::getenv("MS_ROTARY_NUM_THREADS");
+    return env ? std::atoi(env) : 0;
+  }();
+  return threads;
+}
+
+bool same_shape(const int64_t *a, const int64_t *b) {
+  for (int i = 0; i < 4; ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+// params: dy, cos, sin, then the output. In place the output is a 1-element int32 token that the op
+// returns so graph mode keeps the call; out of place it is a tensor shaped and typed like dy.
+int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra, bool conjugate,
+        bool in_place) {
+  if (nparam != 4 || params == nullptr || ndims == nullptr || shapes == nullptr || dtypes == nullptr) {
+    return ms_rotary::kBadParamCount;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (ndims[i] != 4) return ms_rotary::kBadRank;
+  }
+  if (!in_place && (ndims[3] != 4 || !same_shape(shapes[0], shapes[3]))) return ms_rotary::kBadRank;
+  if (!in_place && ms_rotary::dtype_from_name(dtypes[3]) != ms_rotary::dtype_from_name(dtypes[0])) {
+    return ms_rotary::kBadDTypeCode;
+  }
+  auto *attrs = static_cast<AotExtraView *>(extra);
+  if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
+    return ms_rotary::kMissingAttr;
+  }
+  const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
+  if (slice.size() != 2) return ms_rotary::kBadSlice;
+  // [0, -1] is partial_slice=None: rotate [0, cos.shape[-1]).
+  const int64_t end = (slice[0] == 0 && slice[1] == -1) ? shapes[1][3] : slice[1];
+  void *out = in_place ? nullptr : params[3];
+  const int status = ms_rotary_run(params[0], out, params[1], params[2], shapes[0], shapes[1], shapes[2], dtypes[0],
+                                   dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end,
+                                   conjugate ? 1 : 0, configured_threads());
+  if (in_place && status == ms_rotary::kOk) *static_cast<int32_t *>(params[3]) = 0;
+  return status;
+}
+
+}  // namespace
+
+#define MS_ROTARY_AOT_ENTRY(name, conjugate, in_place)                                                   \
+  extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
+                      void * /*stream*/, void *extra) {                                           \
+    return run(nparam, params, ndims, shapes, dtypes, extra, conjugate, in_place);                \
+  }
+
+MS_ROTARY_AOT_ENTRY(RotaryMul, false, true)
+MS_ROTARY_AOT_ENTRY(RotaryMulGrad, true, true)
+MS_ROTARY_AOT_ENTRY(RotaryMulOut, false, false)
+MS_ROTARY_AOT_ENTRY(RotaryMulGradOut, true, false)
+
+// Plain C entry for host tests and benchmarks that call the kernel without MindSpore.
+extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *sin, const int64_t *dy_shape,
+                             const int64_t *cos_shape, const int64_t *sin_shape, const char *dy_dtype,
+                             const char *cos_dtype, const char *sin_dtype, int64_t rotary_mode, int64_t start,
+                             int64_t end, int conjugate, int num_threads) {
+  if (dy == nullptr || cos == nullptr || sin == nullptr || dy_shape == nullptr || cos_shape == nullptr ||
+      sin_shape == nullptr) {
+    return ms_rotary::kBadParamCount;
+  }
+  ms_rotary::RotaryProblem p{};
+  p.dy = dy;
+  p.out = out;
+  p.cos = cos;
+  p.sin = sin;
+  for (int i = 0; i < 4; ++i) {
+    p.dy_shape[i] = dy_shape[i];
+    p.cos_shape[i] = cos_shape[i];
+    p.sin_shape[i] = sin_shape[i];
+  }
+  p.dy_dtype = ms_rotary::dtype_from_name(dy_dtype);
+  p.cos_dtype = ms_rotary::dtype_from_name(cos_dtype);
+  p.sin_dtype = ms_rotary::dtype_from_name(sin_dtype);
+  p.rotary_mode = rotary_mode;
+  p.start = start;
+  p.end = end;
+  p.conjugate = conjugate != 0;
+  return ms_rotary::run_rotary(p, num_threads);
+}

@@ -1,0 +1,57 @@
+// Partial rotary embedding, forward and backward, in place on a slice of the last axis.
+// Plain C++ with no MindSpore dependency, so host tests and benchmarks can call it directly.
+#ifndef MS_ROTARY_KERNEL_CPU_ROTARY_KERNEL_H_
+#define MS_ROTARY_KERNEL_CPU_ROTARY_KERNEL_H_
+
+#include <cstdint>
+
+namespace ms_rotary {
+
+enum DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kBadDType = -1 };
+
+// Error codes returned by the kernel; ms_rotary/_errors.py maps them to messages.
+enum Status : int {
+  kOk = 0,
+  kBadParamCount = 1,
+  kBadRank = 2,
+  kBadDTypeCode = 3,
+  kCosSinMismatch = 4,
+  kBadBroadcast = 5,
+  kBadSlice = 6,
+  kBadSliceLength = 7,
+  kBadMode = 8,
+  kHeadDimTooLarge = 9,
+  kBadCosLength = 10,
+  kMissingAttr = 11,
+};
+
+struct RotaryProblem {
+  void *dy;                // [B, S, N, D], rotated in place on [start, end) unless `out` is set
+  void *out;               // null: in place; else [B, S, N, D] receiving dy with the slice rotated
+  const void *cos;         // [cb, cs, cn, end - start], each of cb/cs/cn is 1 or dy's
+  const void *sin;         // same shape and dtype as cos
+  int64_t dy_shape[4];
+  int64_t cos_shape[4];
+  int64_t sin_shape[4];
+  DType dy_dtype;
+  DType cos_dtype;
+  DType sin_dtype;
+  int64_t rotary_mode;     // 0 half, 1 interleave, 2 quarter, 3 interleave-half
+  int64_t start;
+  int64_t end;
+  bool conjugate;          // false: forward y = x*cos + rot(x)*sin; true: its transpose (the grad)
+};
+
+constexpr int64_t kMaxHeadDim = 1024;
+
+// Checks every constraint; kOk means run_rotary may be called.
+Status check_rotary(const RotaryProblem &p);
+
+// Checks, then rotates. Empty work returns kOk; in place it touches no memory, out of place it copies dy.
+Status run_rotary(const RotaryProblem &p, int num_threads);
+
+DType dtype_from_name(const char *name);
+
+}  // namespace ms_rotary
+
+#endif  // MS_ROTARY_KERNEL_CPU_ROTARY_KERNEL_H_

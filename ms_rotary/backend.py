@@ -1,0 +1,31 @@
+"""Which kernel runs: the compiled C++ library shipped in the package, or the numpy fallback."""
+import os
+import warnings
+
+ENV_VAR = "MS_ROTARY_BACKEND"  # "aot" (default) or "pyfunc"
+BACKENDS = ("aot", "pyfunc")
+LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
+
+_warned = False
+
+
+def compiled_kernel_path():
+    """The compiled kernel's path, or None when the package was installed without it."""
+    return LIB_PATH if os.path.isfile(LIB_PATH) else None
+
+
+def choose_backend(requested=None):
+    """`requested` (or $MS_ROTARY_BACKEND, or "aot") -> the backend to use; "aot" falls back to
+    "pyfunc" with one warning when the compiled kernel is missing."""
+    global _warned
+    backend = requested if requested is not None else os.environ.get(ENV_VAR, "aot")
+    if backend not in BACKENDS:
+        source = "backend" if requested is not None else f"${ENV_VAR}"
+        raise ValueError(f"ms_rotary: {source}={backend!r} is not a backend; use one of {list(BACKENDS)}")
+    if backend == "aot" and compiled_kernel_path() is None:
+        if not _warned:
+            warnings.warn(f"ms_rotary: compiled CPU kernel not found at {LIB_PATH}; using the numpy fallback "
+                          f"(slower). Reinstall with `pip install .` to build it.", RuntimeWarning, stacklevel=3)
+            _warned = True
+        return "pyfunc"
+    return backend

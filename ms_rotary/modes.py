@@ -1,0 +1,41 @@
+"""Rotary modes and the lane pairs each rotates: the one statement of the math shared by the
+numpy kernel and the cos/sin gradients (kernel/cpu/rotary_kernel.cc states the same table in C++)."""
+import numpy as np
+
+MODE_NAMES = ("half", "interleave", "quarter", "interleave-half")
+
+# Pair k of a slice of length L (h = L/2): lanes (a, b) in x's layout and in y's layout.
+# cos/sin follow y's layout. Quarter is half applied to each half of the slice.
+#   forward : y[ya] = x[xa]*c[ya] - x[xb]*s[ya];    y[yb] = x[xb]*c[yb] + x[xa]*s[yb]
+#   backward: dx[xa] = dy[ya]*c[ya] + dy[yb]*s[yb];  dx[xb] = dy[yb]*c[yb] - dy[ya]*s[ya]
+
+
+def _halves(length):
+    k = np.arange(length // 2)
+    return k, k + length // 2
+
+
+def _pairs(length):
+    k = np.arange(length // 2)
+    return 2 * k, 2 * k + 1
+
+
+def _quarters(length):
+    a, b = _halves(length // 2)
+    return np.concatenate([a, a + length // 2]), np.concatenate([b, b + length // 2])
+
+
+_LAYOUTS = {  # mode: (x layout, y layout)
+    0: (_halves, _halves),
+    1: (_pairs, _pairs),
+    2: (_quarters, _quarters),
+    3: (_pairs, _halves),
+}
+
+
+def lane_pairs(mode, length):
+    """(xa, xb, ya, yb) index arrays of the pairs `mode` rotates in a slice of `length` lanes."""
+    x_layout, y_layout = _LAYOUTS[mode]
+    xa, xb = x_layout(length)
+    ya, yb = y_layout(length)
+    return xa, xb, ya, yb
