@@ -1,17 +1,18 @@
 // One parametrised kernel for all four modes, forward and backward (conjugate), in place.
 //
-// Every mode rotates pairs of lanes (a, b) of the slice. The pairs are read in the layout of the
-// input and written in the layout of the output; cos/sin lanes follow y (the forward's output):
-//   mode            x lanes of pair k       y lanes of pair k       segments
-//   0 half          (k, k+h)                (k, k+h)                1
-//   1 interleave    (2k, 2k+1)              (2k, 2k+1)              1
-//   2 quarter       (k, k+h) per segment    (k, k+h) per segment    2
-//   3 interl.-half  (2k, 2k+1)              (k, k+h)                1
+// Every mode rotates pairs of lanes (a, b) of the slice; modes differ only in where a pair's lanes sit
+// in x and in y (cos/sin follow y). With h = len/2 and q = len/4:
+//   mode            x layout                  y layout
+//   0 half          halves   (k, k+h)         halves
+//   1 interleave    pairs    (2k, 2k+1)       pairs
+//   2 quarter       quarters (halves of each half of the slice)
+//   3 interl.-half  pairs                     halves
 // forward : y[ya] = x[xa]*c[ya] - x[xb]*s[ya];   y[yb] = x[xb]*c[yb] + x[xa]*s[yb]
 // backward: dx[xa] = dy[ya]*c[ya] + dy[yb]*s[yb]; dx[xb] = dy[yb]*c[yb] - dy[ya]*s[ya]
-// A row's slice is first copied to an fp32 buffer, so in-place writes never feed later reads
-// and bf16/fp16 are rounded once on store. Built with -ffp-contract=off so results match the
-// numpy fallback bit for bit in fp32.
+// Each row's slice is split into fp32 a/b lane arrays, rotated with one contiguous loop, and merged
+// into the output layout: in-place writes never feed later reads, bf16/fp16 round once on store, and
+// the arithmetic has no alternating +/- pattern that GCC would fuse into FMA (vfmaddsub ignores
+// -ffp-contract=off), so fp32 results match the numpy fallback bit for bit.
 #include "rotary_kernel.h"
 
 #include <algorithm>
@@ -51,60 +52,67 @@ inline void store(float *dst, float v) { *dst = v; }
 inline void store(_Float16 *dst, float v) { *dst = static_cast<_Float16>(v); }
 inline void store(BF16 *dst, float v) { dst->bits = float_to_bf16(v); }
 
-enum Layout { kHalves, kPairs };
+enum Layout { kHalves, kPairs, kQuarters };
 
-template <Layout L>
-inline int64_t lane_a(int64_t k, int64_t /*half*/) {
-  return L == kHalves ? k : 2 * k;
-}
-template <Layout L>
-inline int64_t lane_b(int64_t k, int64_t half) {
-  return L == kHalves ? k + half : 2 * k + 1;
-}
-
-// Rotates one segment of `len` lanes from `in` to `out`; c/s are the segment's cos/sin lanes.
-template <Layout XL, Layout YL, bool CONJ, typename T>
-inline void rotate_segment(const float *in, T *out, const float *c, const float *s, int64_t len) {
+// src's `len` lanes -> the a and b lanes of its len/2 pairs, as fp32.
+template <Layout L, typename T>
+inline void split(const T *src, float *a, float *b, int64_t len) {
   const int64_t half = len / 2;
+  if (L == kHalves) {
+    for (int64_t k = 0; k < half; ++k) a[k] = to_float(src[k]);
+    for (int64_t k = 0; k < half; ++k) b[k] = to_float(src[k + half]);
+  } else if (L == kPairs) {
+    for (int64_t k = 0; k < half; ++k) {
+      a[k] = to_float(src[2 * k]);
+      b[k] = to_float(src[2 * k + 1]);
+    }
+  } else {
+    split<kHalves>(src, a, b, half);
+    split<kHalves>(src + half, a + half / 2, b + half / 2, half);
+  }
+}
+
+// The inverse of split: a/b lanes -> dst in layout L, rounded once to T.
+template <Layout L, typename T>
+inline void merge(const float *a, const float *b, T *dst, int64_t len) {
+  const int64_t half = len / 2;
+  if (L == kHalves) {
+    for (int64_t k = 0; k < half; ++k) store(dst + k, a[k]);
+    for (int64_t k = 0; k < half; ++k) store(dst + k + half, b[k]);
+  } else if (L == kPairs) {
+    for (int64_t k = 0; k < half; ++k) {
+      store(dst + 2 * k, a[k]);
+      store(dst + 2 * k + 1, b[k]);
+    }
+  } else {
+    merge<kHalves>(a, b, dst, half);
+    merge<kHalves>(a + half / 2, b + half / 2, dst + half, half);
+  }
+}
+
+template <int MODE>
+struct ModeLayout {
+  static constexpr Layout x = MODE == 0 ? kHalves : MODE == 2 ? kQuarters : kPairs;
+  static constexpr Layout y = MODE == 1 ? kPairs : MODE == 2 ? kQuarters : kHalves;
+};
+
+// Cos and sin of one row, split into the a/b lanes of y's layout.
+struct CosSinLanes {
+  float ca[kMaxHeadDim / 2], cb[kMaxHeadDim / 2], sa[kMaxHeadDim / 2], sb[kMaxHeadDim / 2];
+};
+
+template <bool CONJ>
+inline void rotate_pairs(const float *ia, const float *ib, const CosSinLanes &cs, float *oa, float *ob,
+                         int64_t half) {
   for (int64_t k = 0; k < half; ++k) {
-    const int64_t ya = lane_a<YL>(k, half), yb = lane_b<YL>(k, half);
-    const int64_t xa = lane_a<XL>(k, half), xb = lane_b<XL>(k, half);
     if (CONJ) {
-      const float da = in[ya], db = in[yb];
-      store(out + xa, da * c[ya] + db * s[yb]);
-      store(out + xb, db * c[yb] - da * s[ya]);
+      oa[k] = ia[k] * cs.ca[k] + ib[k] * cs.sb[k];
+      ob[k] = ib[k] * cs.cb[k] - ia[k] * cs.sa[k];
     } else {
-      const float xa_v = in[xa], xb_v = in[xb];
-      store(out + ya, xa_v * c[ya] - xb_v * s[ya]);
-      store(out + yb, xb_v * c[yb] + xa_v * s[yb]);
+      oa[k] = ia[k] * cs.ca[k] - ib[k] * cs.sa[k];
+      ob[k] = ib[k] * cs.cb[k] + ia[k] * cs.sb[k];
     }
   }
-}
-
-template <int MODE, bool CONJ, typename T>
-inline void rotate_row(const float *in, T *out, const float *c, const float *s, int64_t len) {
-  if (MODE == 0) {
-    rotate_segment<kHalves, kHalves, CONJ>(in, out, c, s, len);
-  } else if (MODE == 1) {
-    rotate_segment<kPairs, kPairs, CONJ>(in, out, c, s, len);
-  } else if (MODE == 2) {
-    const int64_t seg = len / 2;
-    rotate_segment<kHalves, kHalves, CONJ>(in, out, c, s, seg);
-    rotate_segment<kHalves, kHalves, CONJ>(in + seg, out + seg, c + seg, s + seg, seg);
-  } else {
-    rotate_segment<kPairs, kHalves, CONJ>(in, out, c, s, len);
-  }
-}
-
-// Returns a pointer to `len` fp32 lanes of `src`, converting into `buf` unless already fp32.
-template <typename U>
-inline const float *as_float(const U *src, float *buf, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) buf[i] = to_float(src[i]);
-  return buf;
-}
-template <>
-inline const float *as_float<float>(const float *src, float *, int64_t) {
-  return src;
 }
 
 struct Geometry {
@@ -117,25 +125,30 @@ struct Geometry {
 template <int MODE, bool CONJ, typename T, typename U>
 void rotate_rows(const T *dy, T *out, const U *cos, const U *sin, const Geometry &g, int64_t row_begin,
                  int64_t row_end) {
-  float in[kMaxHeadDim], cbuf[kMaxHeadDim], sbuf[kMaxHeadDim];
-  const float *c = nullptr, *s = nullptr;
-  int64_t cached_cos_row = -1;  // broadcast cos rows repeat: convert each once
+  constexpr Layout in_layout = CONJ ? ModeLayout<MODE>::y : ModeLayout<MODE>::x;
+  constexpr Layout out_layout = CONJ ? ModeLayout<MODE>::x : ModeLayout<MODE>::y;
+  constexpr int64_t kHalf = kMaxHeadDim / 2;
+  float ia[kHalf], ib[kHalf], oa[kHalf], ob[kHalf];
+  CosSinLanes cs;
+  const int64_t half = g.len / 2;
+  int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t cos_row = b * g.cos_b_stride + srow * g.cos_s_stride + n * g.cos_n_stride;
     if (cos_row != cached_cos_row) {
-      c = as_float(cos + cos_row * g.len, cbuf, g.len);
-      s = as_float(sin + cos_row * g.len, sbuf, g.len);
+      split<ModeLayout<MODE>::y>(cos + cos_row * g.len, cs.ca, cs.cb, g.len);
+      split<ModeLayout<MODE>::y>(sin + cos_row * g.len, cs.sa, cs.sb, g.len);
       cached_cos_row = cos_row;
     }
     const T *src = dy + row * g.D;
     T *dst = out + row * g.D;
-    for (int64_t i = 0; i < g.len; ++i) in[i] = to_float(src[g.start + i]);
+    split<in_layout>(src + g.start, ia, ib, g.len);
     if (dst != src) {
       std::memcpy(dst, src, g.start * sizeof(T));
       std::memcpy(dst + g.end, src + g.end, (g.D - g.end) * sizeof(T));
     }
-    rotate_row<MODE, CONJ>(in, dst + g.start, c, s, g.len);
+    rotate_pairs<CONJ>(ia, ib, cs, oa, ob, half);
+    merge<out_layout>(oa, ob, dst + g.start, g.len);
     if (++n == g.N) {
       n = 0;
       if (++srow == g.S) {
