@@ -8,7 +8,7 @@ from mindspore import nn, ops
 from mindspore.ops.auto_generate import InplaceCopy
 from mindspore.ops import signature as sig
 
-from . import numpy_kernel
+from . import eager, numpy_kernel
 from .backend import choose_backend, compiled_kernel_path
 from .constraints import check_dtypes, check_shapes, element_dtype, resolve_slice
 
@@ -49,12 +49,20 @@ def _numpy_compute(rotary_mode, partial_slice, conjugate):
 
 
 class RotaryKernel(nn.Cell):
-    """dy -> dy rotated on partial_slice (conjugate=True: the backward), in place or out of place."""
+    """dy -> dy rotated on partial_slice (conjugate=True: the backward), in place or out of place.
+    Eager calls run in eager.py; traced calls (GRAPH_MODE, ms.jit) run the ops.Custom below."""
 
     def __init__(self, rotary_mode, partial_slice, conjugate, in_place, backend=None, dy_name="dy"):
         super().__init__()
         self.backend = choose_backend(backend)
+        self.rotary_mode = rotary_mode
+        self.partial_slice = partial_slice
+        self.conjugate = conjugate
         self.in_place = in_place
+        self.dy_name = dy_name
+        self.lib_path = compiled_kernel_path()
+        self.num_threads = 0  # automatic, or $MS_ROTARY_NUM_THREADS (read by the library)
+        self.device_target = ms.get_context("device_target")  # read once: it costs ~20 us
         self.copy_back = in_place and self.backend == "pyfunc"
         if self.backend == "aot":
             from .op_info import cpu as cpu_op_info  # installed beside the compiled kernel
@@ -72,6 +80,11 @@ class RotaryKernel(nn.Cell):
             self.prim = ops.Custom(_numpy_compute(rotary_mode, partial_slice, conjugate), infer_shape, infer_dtype,
                                    func_type="pyfunc")
             self.inplace_copy = InplaceCopy()
+
+    def __call__(self, dy, cos, sin):
+        if eager.is_eager(self.device_target):
+            return eager.run(self, dy, cos, sin)
+        return super().__call__(dy, cos, sin)
 
     def construct(self, dy, cos, sin):
         out = self.prim(dy, cos, sin)

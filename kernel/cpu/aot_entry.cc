@@ -28,7 +28,7 @@ class AotExtraView {
 namespace {
 
 
-// MS_ROTARY_NUM_THREADS pins the kernel's thread count (0 or unset: automatic).
+// MS_ROTARY_NUM_THREADS pins the kernel's thread count when the caller passes 0 (unset or 0: automatic).
 int configured_threads() {
   static const int threads = [] {
     const char *env = std::getenv("MS_ROTARY_NUM_THREADS");
@@ -69,7 +69,7 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   void *out = in_place ? nullptr : params[3];
   const int status = ms_rotary_run(params[0], out, params[1], params[2], shapes[0], shapes[1], shapes[2], dtypes[0],
                                    dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end,
-                                   conjugate ? 1 : 0, configured_threads());
+                                   conjugate ? 1 : 0, 0);
   if (in_place && status == ms_rotary::kOk) *static_cast<int32_t *>(params[3]) = 0;
   return status;
 }
@@ -113,5 +113,5 @@ extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *s
   p.start = start;
   p.end = end;
   p.conjugate = conjugate != 0;
-  return ms_rotary::run_rotary(p, num_threads);
+  return ms_rotary::run_rotary(p, num_threads > 0 ? num_threads : configured_threads());
 }
