@@ -74,6 +74,8 @@ def check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_
     if length % multiple:
         raise ValueError(f"{_PREFIX}: partial_slice=[{start}, {end}] has length {length}, which rotary_mode="
                          f"{rotary_mode} ({MODE_NAMES[rotary_mode]}) needs divisible by {multiple}")
+    if 0 in cos_shape:
+        return start, end  # empty work (SPEC): a zero-sized cos/sin makes the call a no-op
     for axis, axis_name in enumerate("BSN"):
         if cos_shape[axis] not in (1, dy_shape[axis]):
             raise ValueError(f"{_PREFIX}: cos/sin shape {cos_shape} does not broadcast to {dy_name} shape {dy_shape}: "
@@ -85,7 +87,7 @@ def check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_
 
 
 def _dtype_name(dtype):
-    return str(dtype).replace("mindspore.", "")
+    return str(dtype).replace("mindspore.", "").lower()  # Float32 -> float32, as users spell it
 
 
 def element_dtype(dtype):

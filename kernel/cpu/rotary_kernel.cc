@@ -239,6 +239,9 @@ Status check_rotary(const RotaryProblem &p) {
   if (p.start < 0 || p.start > p.end || p.end > D) return kBadSlice;
   const int64_t len = p.end - p.start;
   if (len % (p.rotary_mode == 2 ? 4 : 2) != 0) return kBadSliceLength;
+  for (int i = 0; i < 4; ++i) {
+    if (p.cos_shape[i] == 0) return kOk;  // empty work: a zero-sized cos/sin makes the call a no-op
+  }
   for (int i = 0; i < 3; ++i) {
     if (p.cos_shape[i] != 1 && p.cos_shape[i] != p.dy_shape[i]) return kBadBroadcast;
   }
