@@ -8,7 +8,7 @@
 import functools
 
 import mindspore as ms
-from mindspore import nn, ops
+from mindspore import context, nn, ops
 
 from .constraints import check_eager_inputs, normalize_mode, normalize_slice
 from .kernels import RotaryKernel
@@ -37,8 +37,9 @@ class _RotaryCell(nn.Cell):
                             f"got {len(args)} positional and {sorted(kwargs)} keyword arguments")
         check_eager_inputs(*args, dy_name=self._input_name)
         out = super().__call__(*args)
-        # Graph outputs and copies are new Tensor objects; the in-place ops return the caller's own.
-        return args[0] if self._returns_input else out
+        # A compiled graph returns new Tensor objects; the in-place ops return the caller's own. (In PyNative
+        # `out` already is it, unless autograd wrapped it to record the bprop: then `out` must be returned.)
+        return args[0] if self._returns_input and context._get_mode() == ms.GRAPH_MODE else out
 
     def extend_repr(self):
         return f"rotary_mode={self.rotary_mode}, partial_slice={self.partial_slice}"

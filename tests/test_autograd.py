@@ -1,0 +1,186 @@
+"""Autograd of the forward ops calls the grad kernel: grad-of-forward equals InplacePartialRotaryMulGrad
+and the float64 reference, in PyNative, ms.jit and GRAPH_MODE; dout shared with another consumer is
+never written; cos/sin gradients when asked; a GRAPH_MODE TrainOneStepCell step."""
+import itertools
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn, ops
+
+import ms_rotary
+from conftest import BACKENDS, DTYPES, TOLERANCE, random_tensor, to_float64
+from reference import rotary_forward, rotary_grad
+
+SHAPE = (2, 3, 2, 16)
+SLICE = (4, 12)
+
+
+def test_reference_backward_is_the_transpose_of_the_reference_forward():
+    """Checks the reference itself: <R x, w> == <x, R^T w> for random x, w in every mode."""
+    rng = np.random.default_rng(0)
+    for mode in range(4):
+        x, w = rng.standard_normal(SHAPE), rng.standard_normal(SHAPE)
+        cos, sin = rng.standard_normal((1, 3, 1, 8)), rng.standard_normal((1, 3, 1, 8))
+        lhs = np.sum(rotary_forward(mode, x, cos, sin, *SLICE) * w)
+        rhs = np.sum(x * rotary_grad(mode, w, cos, sin, *SLICE))
+        assert abs(lhs - rhs) < 1e-9 * max(1.0, abs(lhs))
+
+
+def _loss_fn(op):
+    def loss(x, cos, sin, w):
+        # x * 1.0: the in-place op must not write the caller's x; fp32 sum: CPU has no bf16 reduce.
+        return (op(x * 1.0, cos, sin).astype(ms.float32) * w.astype(ms.float32)).sum()
+    return loss
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype,cos_dtype", list(itertools.product(DTYPES, DTYPES)))
+@pytest.mark.parametrize("mode", range(4))
+@pytest.mark.parametrize("op_class", [ms_rotary.InplacePartialRotaryMul, ms_rotary.PartialRotaryMul])
+def test_grad_of_forward_is_the_grad_op(op_class, mode, dtype, cos_dtype, backend):
+    rng = np.random.default_rng(mode)
+    x, x64 = random_tensor(rng, SHAPE, dtype)
+    w, w64 = random_tensor(rng, SHAPE, dtype)
+    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), cos_dtype)
+    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), cos_dtype)
+    value, grad_x = ms.value_and_grad(_loss_fn(op_class(mode, list(SLICE), backend=backend)))(x, cos, sin, w)
+    np.testing.assert_array_equal(to_float64(x), x64)  # the caller's x is kept (the op rotated a copy)
+    dy = w.copy()
+    ms_rotary.InplacePartialRotaryMulGrad(mode, list(SLICE), backend=backend)(dy, cos, sin)
+    np.testing.assert_array_equal(grad_x.asnumpy(), dy.asnumpy())  # same kernel, same bits
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(to_float64(grad_x), rotary_grad(mode, w64, cos64, sin64, *SLICE), rtol=tol, atol=tol)
+    expected_value = np.sum(rotary_forward(mode, x64, cos64, sin64, *SLICE) * w64)
+    np.testing.assert_allclose(float(value.float().asnumpy()), expected_value, rtol=tol * 20, atol=tol * 20)
+
+
+class SharedDout(nn.Cell):
+    """y = rope(x) + u: autograd hands the same dout to the rope bprop and to u's gradient."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, x, u, cos, sin, w):
+        return ((self.op(x * 1.0, cos, sin) + u) * w).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op_class", [ms_rotary.InplacePartialRotaryMul, ms_rotary.PartialRotaryMul])
+@pytest.mark.parametrize("run_as", ["pynative", "ms.jit", "GRAPH_MODE"])
+def test_dout_shared_with_another_consumer_is_not_written(run_as, op_class, backend):
+    rng = np.random.default_rng(9)
+    x, _ = random_tensor(rng, SHAPE, "float32")
+    u, _ = random_tensor(rng, SHAPE, "float32")
+    w, w64 = random_tensor(rng, SHAPE, "float32")
+    cos, cos64 = random_tensor(rng, (2, 3, 1, 8), "float32")
+    sin, sin64 = random_tensor(rng, (2, 3, 1, 8), "float32")
+    net = SharedDout(op_class(1, list(SLICE), backend=backend))
+    grad_fn = ms.grad(net, grad_position=(0, 1))
+    try:
+        if run_as == "GRAPH_MODE":
+            ms.set_context(mode=ms.GRAPH_MODE)
+        elif run_as == "ms.jit":
+            grad_fn = ms.jit(grad_fn)
+        grad_x, grad_u = grad_fn(x, u, cos, sin, w)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    np.testing.assert_array_equal(grad_u.asnumpy(), w.asnumpy())
+    np.testing.assert_allclose(grad_x.asnumpy(), rotary_grad(1, w64, cos64, sin64, *SLICE), rtol=1e-5, atol=1e-5)
+
+
+def _numeric_cos_sin_grads(mode, x64, w64, cos64, sin64):
+    """Central differences of sum(forward * w) in float64 (the loss is linear in cos and sin)."""
+    grads = []
+    for which in ("cos", "sin"):
+        grad = np.zeros_like(cos64)
+        for index in np.ndindex(*cos64.shape):
+            step = np.zeros_like(cos64)
+            step[index] = 1e-3
+            c_plus, s_plus = (cos64 + step, sin64) if which == "cos" else (cos64, sin64 + step)
+            c_minus, s_minus = (cos64 - step, sin64) if which == "cos" else (cos64, sin64 - step)
+            plus = np.sum(rotary_forward(mode, x64, c_plus, s_plus, *SLICE) * w64)
+            minus = np.sum(rotary_forward(mode, x64, c_minus, s_minus, *SLICE) * w64)
+            grad[index] = (plus - minus) / 2e-3
+        grads.append(grad)
+    return grads
+
+
+@pytest.mark.parametrize("pattern_shape", [(1, 3, 1, 8), (2, 1, 2, 8), (2, 3, 2, 8)])
+@pytest.mark.parametrize("mode", range(4))
+def test_cos_sin_gradients_when_asked(mode, pattern_shape, exec_mode):
+    rng = np.random.default_rng(mode + 20)
+    x, x64 = random_tensor(rng, SHAPE, "float32")
+    w, w64 = random_tensor(rng, SHAPE, "float32")
+    cos, cos64 = random_tensor(rng, pattern_shape, "float32")
+    sin, sin64 = random_tensor(rng, pattern_shape, "float32")
+    op = ms_rotary.PartialRotaryMul(mode, list(SLICE), cos_sin_grad=True)
+    grad_cos, grad_sin = ms.grad(_loss_fn(op), grad_position=(1, 2))(x, cos, sin, w)
+    expected_cos, expected_sin = _numeric_cos_sin_grads(mode, x64, w64, cos64, sin64)
+    np.testing.assert_allclose(grad_cos.asnumpy(), expected_cos, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grad_sin.asnumpy(), expected_sin, rtol=1e-4, atol=1e-4)
+
+
+def test_cos_sin_gradients_are_zero_by_default():
+    rng = np.random.default_rng(30)
+    x, _ = random_tensor(rng, SHAPE, "float32")
+    w, _ = random_tensor(rng, SHAPE, "float32")
+    cos, _ = random_tensor(rng, (1, 3, 1, 8), "float32")
+    sin, _ = random_tensor(rng, (1, 3, 1, 8), "float32")
+    for op in (ms_rotary.PartialRotaryMul(0, list(SLICE)), ms_rotary.InplacePartialRotaryMul(0, list(SLICE))):
+        grad_cos, grad_sin = ms.grad(_loss_fn(op), grad_position=(1, 2))(x, cos, sin, w)
+        assert not grad_cos.asnumpy().any() and not grad_sin.asnumpy().any()
+
+
+def test_functional_form_keeps_x():
+    rng = np.random.default_rng(31)
+    x, x64 = random_tensor(rng, SHAPE, "bfloat16")
+    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    y = ms_rotary.partial_rotary_mul(x, cos, sin, rotary_mode="interleave-half", partial_slice=list(SLICE))
+    np.testing.assert_array_equal(to_float64(x), x64)
+    np.testing.assert_allclose(to_float64(y), rotary_forward(3, x64, cos64, sin64, *SLICE), rtol=4e-3, atol=4e-3)
+
+
+class RopeRegression(nn.Cell):
+    """linear -> reshape to BSND -> in-place rotary forward -> projection: a training step touches every piece."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.proj = nn.Dense(16, 32, has_bias=False)
+        self.rope = ms_rotary.InplacePartialRotaryMul(mode, [0, 8])
+        self.head = nn.Dense(32, 1, has_bias=False)
+
+    def construct(self, x, cos, sin, target):
+        b, s, _ = x.shape
+        q = self.proj(x).reshape(b, s, 2, 16)
+        q = self.rope(q, cos, sin)
+        pred = self.head(q.reshape(b, s, 32))
+        return ((pred - target) ** 2).mean()
+
+
+@pytest.mark.parametrize("mode", range(4))
+def test_train_one_step_cell_graph_mode_matches_pynative(mode):
+    rng = np.random.default_rng(40 + mode)
+    x, _ = random_tensor(rng, (2, 3, 16), "float32")
+    target, _ = random_tensor(rng, (2, 3, 1), "float32")
+    cos, _ = random_tensor(rng, (1, 3, 1, 8), "float32")
+    sin, _ = random_tensor(rng, (1, 3, 1, 8), "float32")
+    ms.set_seed(mode)
+    nets = [RopeRegression(mode) for _ in range(2)]
+    nets[1].proj.weight.set_data(nets[0].proj.weight.value().copy())
+    nets[1].head.weight.set_data(nets[0].head.weight.value().copy())
+    # PyNative: explicit gradients and SGD by hand.
+    grads = ms.grad(nets[0], grad_position=None, weights=nets[0].trainable_params())(x, cos, sin, target)
+    expected = [p.asnumpy() - 0.1 * g.asnumpy() for p, g in zip(nets[0].trainable_params(), grads)]
+    # GRAPH_MODE: TrainOneStepCell.
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        step = nn.TrainOneStepCell(nets[1], nn.SGD(nets[1].trainable_params(), learning_rate=0.1))
+        step(x, cos, sin, target)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert any(np.abs(g.asnumpy()).max() > 0 for g in grads)
+    for param, want in zip(nets[1].trainable_params(), expected):
+        np.testing.assert_allclose(param.asnumpy(), want, rtol=1e-5, atol=1e-6)
