@@ -46,7 +46,10 @@ setup(
     package_dir={"ms_rotary": "ms_rotary", "ms_rotary.op_info": "op_info"},
     python_requires=">=3.9,<3.12",
     install_requires=["mindspore==2.10.0", "numpy==1.26.4"],
-    extras_require={"test": ["pytest==9.0.3", "hypothesis==6.155.2"]},
+    extras_require={
+        "test": ["pytest==9.0.3", "hypothesis==6.155.2", "tqdm==4.70.1"],
+        "demo": ["tqdm==4.70.1"],
+    },
     cmdclass={"build_py": BuildPyWithKernel},
     distclass=BinaryDistribution,
 )
