@@ -1,0 +1,303 @@
+"""ms_rotary CPU benchmark: one command, one run, ratios side by side (these machines are noisy).
+
+    pip install ".[bench]" && python benchmarks/run.py [--quick]
+
+Prints a markdown table (shape, dtype, mode, ms, GB/s, % of copy bandwidth, ratio vs each peer) and writes
+benchmarks/results/latest.md and benchmarks/results/bandwidth.png (GB/s vs problem size per implementation).
+Bytes counted are the bytes the op must move: the slice of dy read and written once, cos/sin read once.
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import threading
+import time
+
+import mindspore as ms
+import numpy as np
+from mindspore.common.api import _pynative_executor
+
+import ms_rotary
+from ms_rotary import eager, numpy_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+from rope_common import plain_rotary, rope_table  # noqa: E402  the same math from MindSpore built-ins
+
+RESULTS = os.path.join(HERE, "results")
+NP_DTYPES = {"float32": np.float32, "bfloat16": None}
+
+
+def timed(fn, repeats, warmup=2):
+    """Median seconds of `repeats` calls (each ends with MindSpore's queue drained)."""
+    for _ in range(warmup):
+        fn()
+    _pynative_executor.sync()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        _pynative_executor.sync()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+# --- the machine's copy bandwidth ---------------------------------------------------------------------------------
+_memcpy = ctypes.CDLL(None).memcpy
+_memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+
+
+def copy_bandwidth(nbytes, repeats):
+    """GB/s of copying nbytes (read + write = 2*nbytes moved): the best of numpy (1 thread) and memcpy on 2 threads."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    one = timed(lambda: np.copyto(dst, src), repeats)
+    half = src.nbytes // 2
+
+    def two_threads():
+        workers = [threading.Thread(target=_memcpy, args=(dst.ctypes.data + i * half, src.ctypes.data + i * half, half))
+                   for i in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    two = timed(two_threads, repeats)
+    return 2 * src.nbytes / min(one, two) / 1e9, 2 * src.nbytes / one / 1e9, 2 * src.nbytes / two / 1e9
+
+
+# --- implementations of the backward (all on the same inputs) --------------------------------------------------------
+def make_inputs(shape, start, end, dtype, seed=0):
+    b, s, n, d = shape
+    rng = np.random.default_rng(seed)
+    cos, sin = rope_table(np.arange(s), end - start, "halves")  # unit rotations keep magnitudes (no denormals)
+    mstype = getattr(ms, dtype)
+    dy = ms.Tensor(rng.uniform(-1, 1, shape).astype(np.float32), mstype)
+    return dy, ms.Tensor(cos[None, :, None], mstype), ms.Tensor(sin[None, :, None], mstype)
+
+
+def moved_bytes(shape, start, end, dtype):
+    itemsize = 4 if dtype == "float32" else 2
+    b, s, n, _ = shape
+    return (2 * b * s * n * (end - start) + 2 * s * (end - start)) * itemsize
+
+
+def impl_ms_rotary(mode, start, end):
+    op = ms_rotary.InplacePartialRotaryMulGrad(mode, [start, end])
+    return lambda dy, cos, sin: op(dy, cos, sin)
+
+
+def impl_raw_kernel(mode, start, end, threads):
+    entry = eager._kernel_entry(ms_rotary.compiled_kernel_path())
+    shape4 = ctypes.c_int64 * 4
+
+    def run(dy, cos, sin):
+        name = str(dy.dtype).lower().encode()
+        entry(dy.data_ptr(), None, cos.data_ptr(), sin.data_ptr(), shape4(*dy.shape), shape4(*cos.shape),
+              shape4(*sin.shape), name, name, name, mode, start, end, 1, threads)
+    return run
+
+
+def impl_numpy(mode, start, end):
+    def run(dy, cos, sin):
+        return numpy_kernel.rotate(dy.asnumpy(), cos.asnumpy(), sin.asnumpy(), mode, start, end, True)
+    return run
+
+
+def impl_mindspore_builtin(mode, start, end, jit):
+    def run(dy, cos, sin):
+        return plain_rotary(dy, cos, sin, mode, start, end, conjugate=True)
+    return ms.jit(run) if jit else run
+
+
+def torch_impls(mode, start, end):
+    """torch eager and torch.compile (inductor) of the same backward; empty when torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    torch.set_num_threads(os.cpu_count())
+    x_layout, y_layout = {0: ("h", "h"), 1: ("p", "p"), 2: ("q", "q"), 3: ("p", "h")}[mode]
+
+    def split(t, layout):
+        if layout == "h":
+            return t.chunk(2, -1)
+        if layout == "p":
+            return t[..., 0::2], t[..., 1::2]
+        first, second = t.chunk(2, -1)
+        (a1, b1), (a2, b2) = first.chunk(2, -1), second.chunk(2, -1)
+        return torch.cat([a1, a2], -1), torch.cat([b1, b2], -1)
+
+    def merge(a, b, layout):
+        if layout == "h":
+            return torch.cat([a, b], -1)
+        if layout == "p":
+            return torch.stack([a, b], -1).flatten(-2)
+        a1, a2 = a.chunk(2, -1)
+        b1, b2 = b.chunk(2, -1)
+        return torch.cat([a1, b1, a2, b2], -1)
+
+    def backward(dy, cos, sin):
+        d = dy[..., start:end].float()
+        ca, cb = split(cos.float(), y_layout)
+        sa, sb = split(sin.float(), y_layout)
+        da, db = split(d, y_layout)
+        dy[..., start:end] = merge(da * ca + db * sb, db * cb - da * sa, x_layout).to(dy.dtype)
+        return dy
+
+    compiled = torch.compile(backward, dynamic=False)
+
+    def on_torch(fn):
+        cache = {}
+
+        def run(dy, cos, sin):
+            key = id(dy)
+            if key not in cache:
+                cache.clear()
+                cache[key] = tuple(torch.from_numpy(t.float().asnumpy() if t.dtype == ms.bfloat16 else t.asnumpy())
+                                   .to(torch.bfloat16 if t.dtype == ms.bfloat16 else torch.float32)
+                                   for t in (dy, cos, sin))
+            with torch.no_grad():
+                fn(*cache[key])
+        return run
+    return {"torch eager": on_torch(backward), "torch.compile": on_torch(compiled)}
+
+
+# --- the report ---------------------------------------------------------------------------------------------------------
+LARGE_CASES = [  # (label, shape, slice, mode, dtype)
+    ("GPT-NeoX-like", (4, 4096, 32, 128), (0, 64), 0, "float32"),
+    ("GPT-NeoX-like", (4, 4096, 32, 128), (0, 64), 0, "bfloat16"),
+    ("GLM-like", (4, 4096, 32, 128), (0, 64), 1, "float32"),
+    ("DeepSeek-like", (2, 4096, 16, 192), (128, 192), 3, "float32"),
+    ("DeepSeek-like", (2, 4096, 16, 192), (128, 192), 3, "bfloat16"),
+]
+
+
+def benchmark_case(shape, start, end, mode, dtype, repeats, peers=True):
+    dy, cos, sin = make_inputs(shape, start, end, dtype)
+    nbytes = moved_bytes(shape, start, end, dtype)
+    impls = {"ms_rotary": impl_ms_rotary(mode, start, end)}
+    if peers:
+        impls.update({
+            "numpy fallback": impl_numpy(mode, start, end),
+            "MindSpore built-ins": impl_mindspore_builtin(mode, start, end, jit=False),
+            "MindSpore built-ins ms.jit": impl_mindspore_builtin(mode, start, end, jit=True),
+            **torch_impls(mode, start, end),
+        })
+    times = {}
+    for name, fn in impls.items():
+        slow = name in ("numpy fallback", "MindSpore built-ins", "MindSpore built-ins ms.jit", "torch eager")
+        times[name] = timed(lambda fn=fn: fn(dy, cos, sin), max(3, repeats // 4) if slow else repeats)
+    return nbytes, times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, fewer sweep points")
+    args = parser.parse_args()
+    repeats = 5 if args.quick else 15
+    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+    os.makedirs(RESULTS, exist_ok=True)
+    lines = []
+
+    def emit(line=""):
+        print(line, flush=True)
+        lines.append(line)
+
+    big = moved_bytes((4, 4096, 32, 128), 0, 64, "float32")
+    best_copy, copy_1t, copy_2t = copy_bandwidth(big // 2, repeats)
+    emit(f"copy bandwidth (moving {big / 1e6:.0f} MB): numpy 1 thread {copy_1t:.1f} GB/s, memcpy 2 threads "
+         f"{copy_2t:.1f} GB/s; % of copy below uses the best, {best_copy:.1f} GB/s")
+    emit()
+    emit("| case | dy shape | slice | mode | dtype | ms_rotary ms | GB/s | % copy | x numpy | x MS built-ins | "
+         "x MS ms.jit | x torch eager | x torch.compile |")
+    emit("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, shape, (start, end), mode, dtype in LARGE_CASES:
+        nbytes, times = benchmark_case(shape, start, end, mode, dtype, repeats)
+        ours = times["ms_rotary"]
+        gbs = nbytes / ours / 1e9
+
+        def ratio(name):
+            return f"{times[name] / ours:.1f}x" if name in times else "n/a"
+        emit(f"| {label} | {list(shape)} | [{start}, {end}) | {ms_rotary.MODE_NAMES[mode]} | {dtype} | "
+             f"{ours * 1e3:.2f} | {gbs:.1f} | {100 * gbs / best_copy:.0f}% | {ratio('numpy fallback')} | "
+             f"{ratio('MindSpore built-ins')} | {ratio('MindSpore built-ins ms.jit')} | {ratio('torch eager')} | "
+             f"{ratio('torch.compile')} |")
+    emit()
+
+    # Cost follows the slice, not D.
+    emit("cost follows the slice, not D (fp32, half mode, slice [0, 64), B*S*N = 65536):")
+    slice_times = {}
+    for d in (64, 1024):
+        _, times = benchmark_case((1, 2048, 32, d), 0, 64, 0, "float32", repeats, peers=False)
+        slice_times[d] = times["ms_rotary"]
+        emit(f"  D={d:5d}: {times['ms_rotary'] * 1e3:.3f} ms")
+    emit(f"  ratio D=1024 / D=64: {slice_times[1024] / slice_times[64]:.2f}x (target <= 1.5x)")
+    emit()
+
+    # Threads: the raw kernel with 1 and 2 threads.
+    emit("threads (raw kernel through its C entry, fp32 [4, 4096, 32, 128] slice [0, 64)):")
+    dy, cos, sin = make_inputs((4, 4096, 32, 128), 0, 64, "float32")
+    thread_times = {t: timed(lambda t=t: impl_raw_kernel(0, 0, 64, t)(dy, cos, sin), repeats) for t in (1, 2)}
+    for t, sec in thread_times.items():
+        emit(f"  {t} thread(s): {sec * 1e3:.2f} ms, {big / sec / 1e9:.1f} GB/s")
+    emit(f"  speed-up 2 threads / 1: {thread_times[1] / thread_times[2]:.2f}x")
+    emit()
+
+    # Small calls: per-call overhead against a built-in elementwise op.
+    emit("per-call overhead on a tiny tensor (dy [1, 1, 1, 8], PyNative):")
+    tiny, tcos, tsin = make_inputs((1, 1, 1, 8), 0, 8, "float32")
+    op = ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8])
+    calls = 2000 if not args.quick else 300
+    per_call = {
+        "ms_rotary InplacePartialRotaryMulGrad": lambda: op(tiny, tcos, tsin),
+        "MindSpore built-in add (tiny)": lambda: tiny + tiny,
+        "the registered ops.Custom AOT, called in PyNative": lambda: op.kernel.construct(tiny, tcos, tsin),
+    }
+    overhead = {}
+    for name, fn in per_call.items():
+        overhead[name] = timed(fn, calls) * 1e6
+        emit(f"  {name}: {overhead[name]:.1f} us")
+    emit(f"  ratio ms_rotary / built-in add: {overhead['ms_rotary InplacePartialRotaryMulGrad'] / overhead['MindSpore built-in add (tiny)']:.2f}x (target <= 2x)")
+    emit()
+
+    sweep(repeats, args.quick, best_copy, emit)
+    with open(os.path.join(RESULTS, "latest.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {os.path.join(RESULTS, 'latest.md')} and {os.path.join(RESULTS, 'bandwidth.png')}")
+
+
+def sweep(repeats, quick, best_copy, emit):
+    """GB/s vs problem size per implementation, plotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seqs = [16, 128, 1024, 4096] if quick else [4, 16, 64, 256, 1024, 2048, 4096]
+    series = {}
+    for s in seqs:
+        shape = (4, s, 32, 128)
+        nbytes, times = benchmark_case(shape, 0, 64, 0, "float32", max(3, repeats // 2), peers=True)
+        for name, sec in times.items():
+            series.setdefault(name, []).append((nbytes / 1e6, nbytes / sec / 1e9))
+    plt.figure(figsize=(8, 5))
+    for name, points in series.items():
+        xs, ys = zip(*points)
+        plt.plot(xs, ys, marker="o", label=name)
+    plt.axhline(best_copy, color="grey", linestyle="--", label="copy bandwidth")
+    plt.xscale("log")
+    plt.yscale("log")
+    plt.xlabel("bytes moved per call (MB)")
+    plt.ylabel("effective bandwidth (GB/s)")
+    plt.title("rotary backward, fp32 half mode, dy [4, S, 32, 128], slice [0, 64)")
+    plt.legend(fontsize=8)
+    plt.grid(True, which="both", alpha=0.3)
+    plt.tight_layout()
+    plt.savefig(os.path.join(RESULTS, "bandwidth.png"), dpi=120)
+    emit("sweep (GB/s by bytes moved): " + "; ".join(
+        f"{name}: " + ", ".join(f"{mb:.1f}MB {gbs:.1f}" for mb, gbs in points) for name, points in series.items()))
+
+
+if __name__ == "__main__":
+    main()
