@@ -49,6 +49,7 @@ setup(
     extras_require={
         "test": ["pytest==9.0.3", "hypothesis==6.155.2", "tqdm==4.70.1"],
         "demo": ["tqdm==4.70.1"],
+        "bench": ["torch==2.13.0", "matplotlib==3.11.2"],
     },
     cmdclass={"build_py": BuildPyWithKernel},
     distclass=BinaryDistribution,
