@@ -150,6 +150,7 @@ def torch_impls(mode, start, end):
         dy[..., start:end] = merge(da * ca + db * sb, db * cb - da * sa, x_layout).to(dy.dtype)
         return dy
 
+    torch._dynamo.config.recompile_limit = 64  # the size sweep compiles one graph per shape
     compiled = torch.compile(backward, dynamic=False)
 
     def on_torch(fn):
