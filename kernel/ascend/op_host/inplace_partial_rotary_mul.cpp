@@ -1,0 +1,143 @@
+// OpDef, infer-shape and tiling of InplacePartialRotaryMul and InplacePartialRotaryMulGrad for CANN's custom
+// op compiler (built by kernel/ascend/build.sh; needs CANN). dy is both input and output: the op writes the
+// rotated slice back into it. The tiling arithmetic lives in rotary_tiling.cpp, tested on the host.
+#include <cstring>
+
+#include "inplace_partial_rotary_mul_tiling.h"
+#include "register/op_def_registry.h"
+#include "rotary_tiling.h"
+#include "tiling/platform/platform_ascendc.h"
+
+namespace optiling {
+namespace {
+
+int64_t dtype_id(ge::DataType dtype) {
+  return dtype == ge::DT_FLOAT ? 0 : dtype == ge::DT_FLOAT16 ? 1 : 2;
+}
+
+int64_t dtype_bytes(ge::DataType dtype) { return dtype == ge::DT_FLOAT ? 4 : 2; }
+
+ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
+  const gert::Shape dy = context->GetInputShape(0)->GetStorageShape();
+  const gert::Shape cos = context->GetInputShape(1)->GetStorageShape();
+  const gert::Shape sin = context->GetInputShape(2)->GetStorageShape();
+  if (dy.GetDimNum() != 4 || cos.GetDimNum() != 4 || sin.GetDimNum() != 4) return ge::GRAPH_FAILED;
+  const auto *attrs = context->GetAttrs();
+  const int64_t mode = *attrs->GetAttrPointer<int64_t>(0);
+  const auto *slice = attrs->GetAttrPointer<gert::ContinuousVector>(1);
+  const int64_t *bounds = static_cast<const int64_t *>(slice->GetData());
+  ms_rotary_ascend::RotaryShape shape{};
+  for (size_t i = 0; i < 4; ++i) {
+    shape.dy[i] = dy.GetDim(i);
+    shape.cos[i] = cos.GetDim(i);
+    if (sin.GetDim(i) != cos.GetDim(i)) return ge::GRAPH_FAILED;
+  }
+  const ge::DataType dy_type = context->GetInputDesc(0)->GetDataType();
+  const ge::DataType cos_type = context->GetInputDesc(1)->GetDataType();
+  if (context->GetInputDesc(2)->GetDataType() != cos_type) return ge::GRAPH_FAILED;
+  shape.dy_dtype_bytes = dtype_bytes(dy_type);
+  shape.cos_dtype_bytes = dtype_bytes(cos_type);
+  shape.dy_dtype_id = dtype_id(dy_type);
+  shape.cos_dtype_id = dtype_id(cos_type);
+  shape.rotary_mode = mode;
+  const bool from_cos = slice->GetSize() == 2 && bounds[0] == 0 && bounds[1] == -1;  // partial_slice=None
+  shape.start = bounds[0];
+  shape.end = from_cos ? shape.cos[3] : bounds[1];
+  shape.conjugate = conjugate;
+
+  auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
+  uint64_t ub_bytes = 0;
+  platform.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ub_bytes);
+  ms_rotary_ascend::RotaryTiling t{};
+  if (ms_rotary_ascend::compute_rotary_tiling(shape, platform.GetCoreNumAiv(), static_cast<int64_t>(ub_bytes), &t) !=
+      ms_rotary_ascend::kTilingOk) {
+    return ge::GRAPH_FAILED;
+  }
+  PartialRotaryTilingData data;
+  data.set_rows(t.rows);
+  data.set_seq(t.seq);
+  data.set_heads(t.heads);
+  data.set_headDim(t.head_dim);
+  data.set_start(t.start);
+  data.set_len(t.len);
+  data.set_cosBStride(t.cos_b_stride);
+  data.set_cosSStride(t.cos_s_stride);
+  data.set_cosNStride(t.cos_n_stride);
+  data.set_usedCores(t.used_cores);
+  data.set_rowsPerCore(t.rows_per_core);
+  data.set_bigCores(t.big_cores);
+  data.set_rowsPerLoop(t.rows_per_loop);
+  data.SaveToBuffer(context->GetRawTilingData()->GetData(), context->GetRawTilingData()->GetCapacity());
+  context->GetRawTilingData()->SetDataSize(data.GetDataSize());
+  context->SetTilingKey(static_cast<uint64_t>(t.tiling_key));
+  context->SetBlockDim(t.used_cores > 0 ? static_cast<uint32_t>(t.used_cores) : 1);
+  size_t *workspace = context->GetWorkspaceSizes(1);
+  workspace[0] = platform.GetLibApiWorkSpaceSize();
+  return ge::GRAPH_SUCCESS;
+}
+
+ge::graphStatus TilingForward(gert::TilingContext *context) { return TilingCommon(context, false); }
+ge::graphStatus TilingBackward(gert::TilingContext *context) { return TilingCommon(context, true); }
+
+}  // namespace
+}  // namespace optiling
+
+namespace ge {
+namespace {
+
+// Output 0 is dy itself: same shape and dtype.
+graphStatus InferShape(gert::InferShapeContext *context) {
+  *context->GetOutputShape(0) = *context->GetInputShape(0);
+  return GRAPH_SUCCESS;
+}
+
+graphStatus InferDataType(gert::InferDataTypeContext *context) {
+  context->SetOutputDataType(0, context->GetInputDataType(0));
+  return GRAPH_SUCCESS;
+}
+
+}  // namespace
+}  // namespace ge
+
+namespace ops {
+
+// Every dy dtype with every cos/sin dtype: 9 combinations per input, listed dy-major.
+#define MS_ROTARY_DY_TYPES                                                                           \
+  {ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_BF16, \
+   ge::DT_BF16, ge::DT_BF16}
+#define MS_ROTARY_COS_TYPES                                                                            \
+  {ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT, \
+   ge::DT_FLOAT16, ge::DT_BF16}
+#define MS_ROTARY_FORMATS {ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, \
+                           ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND}
+
+template <typename Self>
+void DefineRotaryOp(Self &op, gert::OpImplRegisterV2::TilingKernelFunc tiling) {
+  op.Input("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
+  op.Input("cos").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
+  op.Input("sin").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
+  op.Output("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
+  op.Attr("rotary_mode").Int(1);
+  op.Attr("partial_slice").ListInt({0, -1});
+  op.SetInferShape(ge::InferShape).SetInferDataType(ge::InferDataType);
+  op.AICore().SetTiling(tiling).AddConfig("ascend910b").AddConfig("ascend910_93").AddConfig("ascend950");
+}
+
+class InplacePartialRotaryMul : public OpDef {
+ public:
+  explicit InplacePartialRotaryMul(const char *name) : OpDef(name) {
+    DefineRotaryOp(*this, optiling::TilingForward);
+  }
+};
+
+class InplacePartialRotaryMulGrad : public OpDef {
+ public:
+  explicit InplacePartialRotaryMulGrad(const char *name) : OpDef(name) {
+    DefineRotaryOp(*this, optiling::TilingBackward);
+  }
+};
+
+OP_ADD(InplacePartialRotaryMul);
+OP_ADD(InplacePartialRotaryMulGrad);
+
+}  // namespace ops

@@ -1,0 +1,28 @@
+// TilingData of both ops (fields of ms_rotary_ascend::RotaryTiling). The kernel reads it with GET_TILING_DATA.
+#ifndef MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_
+#define MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_
+
+#include "register/tilingdata_base.h"
+
+namespace optiling {
+BEGIN_TILING_DATA_DEF(PartialRotaryTilingData)
+TILING_DATA_FIELD_DEF(int64_t, rows);
+TILING_DATA_FIELD_DEF(int64_t, seq);
+TILING_DATA_FIELD_DEF(int64_t, heads);
+TILING_DATA_FIELD_DEF(int64_t, headDim);
+TILING_DATA_FIELD_DEF(int64_t, start);
+TILING_DATA_FIELD_DEF(int64_t, len);
+TILING_DATA_FIELD_DEF(int64_t, cosBStride);
+TILING_DATA_FIELD_DEF(int64_t, cosSStride);
+TILING_DATA_FIELD_DEF(int64_t, cosNStride);
+TILING_DATA_FIELD_DEF(int64_t, usedCores);
+TILING_DATA_FIELD_DEF(int64_t, rowsPerCore);
+TILING_DATA_FIELD_DEF(int64_t, bigCores);
+TILING_DATA_FIELD_DEF(int64_t, rowsPerLoop);
+END_TILING_DATA_DEF;
+
+REGISTER_TILING_DATA_CLASS(InplacePartialRotaryMul, PartialRotaryTilingData)
+REGISTER_TILING_DATA_CLASS(InplacePartialRotaryMulGrad, PartialRotaryTilingData)
+}  // namespace optiling
+
+#endif  // MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_

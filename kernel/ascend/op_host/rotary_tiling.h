@@ -1,0 +1,62 @@
+// Tiling of InplacePartialRotaryMul(Grad) for Ascend vector cores: plain C++ with no CANN dependency, so
+// it is unit-tested on the host (tests/test_ascend_host.py). op_host/inplace_partial_rotary_mul.cpp copies
+// the result into the op's TilingData.
+#ifndef MS_ROTARY_ASCEND_ROTARY_TILING_H_
+#define MS_ROTARY_ASCEND_ROTARY_TILING_H_
+
+#include <cstdint>
+
+namespace ms_rotary_ascend {
+
+struct RotaryShape {
+  int64_t dy[4];   // B, S, N, D
+  int64_t cos[4];  // b, s, n, L (sin identical)
+  int64_t dy_dtype_bytes;
+  int64_t cos_dtype_bytes;
+  int64_t dy_dtype_id;   // 0 float32, 1 float16, 2 bfloat16
+  int64_t cos_dtype_id;
+  int64_t rotary_mode;   // 0 half, 1 interleave, 2 quarter, 3 interleave-half
+  int64_t start, end;
+  bool conjugate;        // the backward
+};
+
+struct RotaryTiling {
+  int64_t rows;           // B*S*N rows, split across cores
+  int64_t seq, heads;     // S, N: to find a row's cos row
+  int64_t head_dim;       // D: the stride between rows of dy
+  int64_t start, len;     // the slice
+  int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // in cos rows; 0 on broadcast axes
+  int64_t used_cores;
+  int64_t rows_per_core;  // cores [0, big_cores) take one row more
+  int64_t big_cores;
+  int64_t rows_per_loop;  // rows whose slices fit in the unified buffer at once
+  int64_t tiling_key;     // mode, direction, dy dtype, cos dtype
+};
+
+enum TilingStatus : int {
+  kTilingOk = 0,
+  kTilingBadShape = 1,
+  kTilingBadSlice = 2,
+  kTilingBadMode = 3,
+  kTilingNoRoom = 4,
+  kTilingBadCores = 5,
+};
+
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kBlockBytes = 32;      // Ascend UB/DMA alignment
+constexpr int64_t kMaxBlockCount = 4095;  // DataCopyExtParams::blockCount limit: rows per strided copy
+
+// Key for the kernel's dispatch: ((mode * 2 + conjugate) * 3 + dy dtype) * 3 + cos dtype.
+int64_t tiling_key(int64_t mode, bool conjugate, int64_t dy_dtype_id, int64_t cos_dtype_id);
+
+// Unified-buffer bytes the kernel (op_kernel/rotary_kernel.h) takes per row of a loop, and once per core.
+int64_t ub_bytes_per_row(const RotaryShape &shape);
+int64_t ub_fixed_bytes(const RotaryShape &shape);
+
+// Fills `tiling` for `core_num` vector cores and `ub_bytes` of unified buffer per core.
+TilingStatus compute_rotary_tiling(const RotaryShape &shape, int64_t core_num, int64_t ub_bytes,
+                                   RotaryTiling *tiling);
+
+}  // namespace ms_rotary_ascend
+
+#endif  // MS_ROTARY_ASCEND_ROTARY_TILING_H_

@@ -1,0 +1,132 @@
+"""The Ascend kernel sources, checked on the host: the tiling's unit tests, and the kernel compiled with g++
+against ms_rotary's shim of the AscendC APIs it uses (kernel/ascend/host_shim), run block by block under
+AddressSanitizer/UBSan on random inputs, against the float64 reference, every mode, direction and dtype
+pair. What only an NPU can confirm (the real APIs' semantics and timing, the CANN build) is in the README."""
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+from conftest import BROADCASTS, cos_shape
+from reference import rotary_forward, rotary_grad
+
+ASCEND = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend")
+SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
+TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 4e-3}
+UB_BYTES = 192 * 1024
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the host programs")
+
+
+def _build(sources, output, include_dirs):
+    command = ["g++", "-std=c++17", *SANITIZE, *(f"-I{d}" for d in include_dirs),
+               *(os.path.join(ASCEND, s) for s in sources), "-o", output]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return output
+
+
+@pytest.fixture(scope="module")
+def build_dir():
+    path = tempfile.mkdtemp(prefix="ms_rotary_ascend_host_")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kernel_runner(build_dir):
+    return _build(["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp",
+                   "op_kernel/inplace_partial_rotary_mul.cpp", "op_kernel/inplace_partial_rotary_mul_grad.cpp"],
+                  os.path.join(build_dir, "run_kernel_host"),
+                  [os.path.join(ASCEND, "host_shim"), os.path.join(ASCEND, "op_host")])
+
+
+def test_tiling_host_unit_tests(build_dir):
+    binary = _build(["tests/test_tiling.cpp", "op_host/rotary_tiling.cpp"], os.path.join(build_dir, "test_tiling"),
+                    [os.path.join(ASCEND, "op_host")])
+    result = subprocess.run([binary], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "tiling host tests passed" in result.stdout
+
+
+def _to_bits(values, dtype):
+    """float32 values -> (bytes of the dtype, the exact float64 values those bytes hold)."""
+    if dtype == "float32":
+        return values.astype(np.float32).tobytes(), values.astype(np.float32).astype(np.float64)
+    if dtype == "float16":
+        rounded = values.astype(np.float16)
+        return rounded.tobytes(), rounded.astype(np.float64)
+    bits = values.astype(np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    return rounded.tobytes(), (rounded.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _from_bits(raw, dtype, shape):
+    if dtype == "float32":
+        return np.frombuffer(raw, np.float32).reshape(shape).astype(np.float64)
+    if dtype == "float16":
+        return np.frombuffer(raw, np.float16).reshape(shape).astype(np.float64)
+    bits = np.frombuffer(raw, np.uint16).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(shape).astype(np.float64)
+
+
+def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end,
+                cores=8, ub_bytes=UB_BYTES, seed=0):
+    rng = np.random.default_rng(seed)
+    dy_raw, dy64 = _to_bits(rng.uniform(-1, 1, dy_shape).astype(np.float32), dy_dtype)
+    cos_raw, cos64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
+    sin_raw, sin64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
+    header = np.array([int(conjugate), mode, DTYPE_IDS[dy_dtype], DTYPE_IDS[cos_dtype], *dy_shape, *cos_shape_,
+                       start, end, cores, ub_bytes], np.int64)
+    source, target = tmp_path / "in.bin", tmp_path / "out.bin"
+    source.write_bytes(header.tobytes() + dy_raw + cos_raw + sin_raw)
+    result = subprocess.run([runner, str(source), str(target)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    got = _from_bits(target.read_bytes(), dy_dtype, dy_shape)
+    reference = rotary_grad if conjugate else rotary_forward
+    expected = reference(mode, dy64, cos64, sin64, start, end)
+    tol = TOLERANCE[dy_dtype]
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(got[..., :start], dy64[..., :start])
+    np.testing.assert_array_equal(got[..., end:], dy64[..., end:])
+
+
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("dy_dtype,cos_dtype", list(itertools.product(DTYPE_IDS, DTYPE_IDS)))
+@pytest.mark.parametrize("mode", range(4))
+def test_kernel_every_mode_and_dtype(kernel_runner, tmp_path, mode, dy_dtype, cos_dtype, conjugate):
+    dy_shape = (2, 3, 2, 24)
+    pattern = BROADCASTS[(mode * 9 + DTYPE_IDS[dy_dtype] * 3 + DTYPE_IDS[cos_dtype]) % len(BROADCASTS)]
+    run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape,
+                cos_shape(dy_shape, pattern, 16), 4, 20, seed=mode)
+
+
+EDGE_CASES = {  # name: (mode, dy dtype, dy shape, cos shape, start, end, cores, unified buffer bytes)
+    "slice not 32-byte aligned": (0, "float16", (2, 3, 2, 16), (1, 3, 1, 6), 3, 9, 4, UB_BYTES),
+    "head dim 1024": (2, "bfloat16", (1, 3, 2, 1024), (1, 3, 1, 1024), 0, 1024, 4, UB_BYTES),
+    "one row": (3, "float32", (1, 1, 1, 192), (1, 1, 1, 64), 128, 192, 40, UB_BYTES),
+    "more cores than rows": (1, "float32", (1, 3, 2, 32), (1, 3, 2, 32), 0, 32, 48, UB_BYTES),
+    "many loops per core": (1, "bfloat16", (2, 64, 4, 128), (2, 64, 1, 64), 64, 128, 2, 4096),
+    "empty slice": (0, "float32", (2, 3, 2, 16), (1, 3, 1, 4), 8, 8, 4, UB_BYTES),
+    "every broadcast axis": (3, "float16", (2, 5, 3, 40), (2, 5, 3, 8), 32, 40, 7, UB_BYTES),
+}
+
+
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("name", EDGE_CASES)
+def test_kernel_edge_shapes(kernel_runner, tmp_path, name, conjugate):
+    mode, dtype, dy_shape, cos_shape_, start, end, cores, ub_bytes = EDGE_CASES[name]
+    run_on_host(kernel_runner, tmp_path, conjugate, mode, dtype, "float32", dy_shape, cos_shape_, start, end,
+                cores, ub_bytes, seed=len(name))
+
+
+def test_tiling_refusal_reaches_the_launcher(kernel_runner, tmp_path):
+    header = np.array([1, 0, 0, 0, 1, 2, 1, 16, 1, 2, 1, 8, 0, 8, 4, 256], np.int64)  # 256 bytes of UB: no room
+    source = tmp_path / "in.bin"
+    source.write_bytes(header.tobytes() + bytes(2 * 16 * 4 + 2 * 2 * 8 * 4))
+    result = subprocess.run([kernel_runner, str(source), str(tmp_path / "out.bin")], capture_output=True)
+    assert result.returncode == 2
