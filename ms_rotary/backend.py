@@ -14,14 +14,17 @@ def compiled_kernel_path():
     return LIB_PATH if os.path.isfile(LIB_PATH) else None
 
 
-def choose_backend(requested=None):
-    """`requested` (or $MS_ROTARY_BACKEND, or "aot") -> the backend to use; "aot" falls back to
-    "pyfunc" with one warning when the compiled kernel is missing."""
+def choose_backend(requested=None, device_target="CPU"):
+    """`requested` (or $MS_ROTARY_BACKEND, or "aot") -> the backend to use. "aot" means the compiled kernel
+    of the device: "ascend" (kernel/ascend) on an Ascend device; on CPU it falls back to "pyfunc" with one
+    warning when the compiled kernel is missing."""
     global _warned
     backend = requested if requested is not None else os.environ.get(ENV_VAR, "aot")
     if backend not in BACKENDS:
         source = "backend" if requested is not None else f"${ENV_VAR}"
         raise ValueError(f"ms_rotary: {source}={backend!r} is not a backend; use one of {list(BACKENDS)}")
+    if backend == "aot" and device_target == "Ascend":
+        return "ascend"
     if backend == "aot" and compiled_kernel_path() is None:
         if not _warned:
             warnings.warn(f"ms_rotary: compiled CPU kernel not found at {LIB_PATH}; using the numpy fallback "

@@ -1,11 +1,12 @@
 """One rotary kernel call as a Cell: infer functions, registration and the chosen backend side by side.
 
-Both backends take (dy, cos, sin) and return dy with its slice rotated, either written into dy (in place)
+Every backend takes (dy, cos, sin) and returns dy with its slice rotated, either written into dy (in place)
 or into a new tensor. "aot" runs kernel/cpu (in place it reads and writes only the slice); "pyfunc" runs
-numpy_kernel.rotate out of place and, in place, copies the result back into dy."""
+numpy_kernel.rotate out of place and, in place, copies the result back into dy; on an Ascend device the
+same call runs the Ascend C kernel (kernel/ascend), which writes in place (out of place: into a clone)."""
 import mindspore as ms
 from mindspore import nn, ops
-from mindspore.ops.auto_generate import InplaceCopy
+from mindspore.ops.auto_generate import Clone, InplaceCopy
 from mindspore.ops import signature as sig
 
 from . import eager, numpy_kernel
@@ -54,7 +55,8 @@ class RotaryKernel(nn.Cell):
 
     def __init__(self, rotary_mode, partial_slice, conjugate, in_place, backend=None, dy_name="dy"):
         super().__init__()
-        self.backend = choose_backend(backend)
+        self.device_target = ms.get_context("device_target")  # read once: it costs ~20 us
+        self.backend = choose_backend(backend, self.device_target)
         self.rotary_mode = rotary_mode
         self.partial_slice = partial_slice
         self.conjugate = conjugate
@@ -62,9 +64,16 @@ class RotaryKernel(nn.Cell):
         self.dy_name = dy_name
         self.lib_path = compiled_kernel_path()
         self.num_threads = 0  # automatic, or $MS_ROTARY_NUM_THREADS (read by the library)
-        self.device_target = ms.get_context("device_target")  # read once: it costs ~20 us
         self.copy_back = in_place and self.backend == "pyfunc"
-        if self.backend == "aot":
+        if self.backend == "ascend":
+            from .op_info import ascend as ascend_op_info
+
+            op_name = ascend_op_info.OP_NAMES[conjugate]
+            infer_shape, infer_dtype = _infer_functions(rotary_mode, partial_slice, False, dy_name)
+            self.prim = _InPlaceCustom(op_name, infer_shape, infer_dtype, func_type="aot",
+                                       reg_info=ascend_op_info.reg_info(op_name, rotary_mode, partial_slice))
+            self.clone = Clone()
+        elif self.backend == "aot":
             from .op_info import cpu as cpu_op_info  # installed beside the compiled kernel
 
             entry = cpu_op_info.entry_name(conjugate, in_place)
@@ -87,6 +96,9 @@ class RotaryKernel(nn.Cell):
         return super().__call__(dy, cos, sin)
 
     def construct(self, dy, cos, sin):
+        if self.backend == "ascend":  # the kernel writes into its first input
+            target = dy if self.in_place else self.clone(dy)
+            return ops.depend(target, self.prim(target, cos, sin))
         out = self.prim(dy, cos, sin)
         if self.copy_back:
             return self.inplace_copy(dy, out)

@@ -1,0 +1,67 @@
+"""Backend selection: explicit, by environment variable, automatic fallback with one warning when the
+compiled kernel is missing, and the Ascend registration that the same call uses on an NPU."""
+import json
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import ms_rotary
+from ms_rotary import backend as backend_module
+from ms_rotary.op_info import ascend as ascend_op_info
+from conftest import random_tensor, to_float64
+from reference import rotary_grad
+
+OP_DEF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend", "op_host",
+                      "inplace_partial_rotary_mul.cpp")
+
+
+def test_environment_variable_picks_the_backend(monkeypatch):
+    monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "pyfunc")
+    assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).kernel.backend == "pyfunc"
+    monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "aot")
+    assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).kernel.backend == "aot"
+    monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "gpu")
+    with pytest.raises(ValueError, match=r"\$MS_ROTARY_BACKEND='gpu' is not a backend"):
+        ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8])
+
+
+def test_missing_compiled_kernel_falls_back_with_one_warning(monkeypatch):
+    monkeypatch.setattr(backend_module, "LIB_PATH", "/nonexistent/libms_rotary_cpu.so")
+    monkeypatch.setattr(backend_module, "_warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ops = [ms_rotary.InplacePartialRotaryMulGrad(1, [0, 8]) for _ in range(3)]
+    assert [w.category for w in caught] == [RuntimeWarning]
+    assert "compiled CPU kernel not found" in str(caught[0].message)
+    assert all(op.kernel.backend == "pyfunc" for op in ops)
+    rng = np.random.default_rng(0)
+    dy, dy64 = random_tensor(rng, (1, 2, 2, 8), "float32")
+    cos, cos64 = random_tensor(rng, (1, 2, 1, 8), "float32")
+    sin, sin64 = random_tensor(rng, (1, 2, 1, 8), "float32")
+    ops[0](dy, cos, sin)
+    np.testing.assert_allclose(to_float64(dy), rotary_grad(1, dy64, cos64, sin64, 0, 8), rtol=1e-5, atol=1e-5)
+
+
+def test_an_ascend_device_selects_the_ascend_kernel():
+    assert backend_module.choose_backend(None, "Ascend") == "ascend"
+    assert backend_module.choose_backend("pyfunc", "Ascend") == "pyfunc"
+    assert backend_module.choose_backend(None, "CPU") == "aot"
+
+
+def test_ascend_registration_matches_the_op_definition():
+    source = open(OP_DEF).read()
+    inputs = re.findall(r'Input\("(\w+)"\)', source)
+    outputs = re.findall(r'Output\("(\w+)"\)', source)
+    attrs = re.findall(r'Attr\("(\w+)"\)', source)
+    for conjugate, op_name in ascend_op_info.OP_NAMES.items():
+        assert f"OP_ADD({op_name})" in source
+        info = ascend_op_info.reg_info(op_name, 3, [128, 192])
+        info = json.loads(info) if isinstance(info, str) else info
+        assert [i["name"] for i in info["inputs"]] == inputs
+        assert [o["name"] for o in info["outputs"]] == outputs
+        assert [a["name"] for a in info["attr"]] == attrs
+        assert info["target"] == "Ascend"
+        assert len(info["dtype_format"]) == 9
