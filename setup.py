@@ -47,7 +47,7 @@ setup(
     python_requires=">=3.9,<3.12",
     install_requires=["mindspore==2.10.0", "numpy==1.26.4"],
     extras_require={
-        "test": ["pytest==9.0.3", "hypothesis==6.155.2", "tqdm==4.70.1"],
+        "test": ["pytest==9.0.3", "hypothesis==6.155.2", "tqdm==4.70.1", "psutil==7.2.2"],
         "demo": ["tqdm==4.70.1"],
         "bench": ["torch==2.13.0", "matplotlib==3.11.2"],
     },

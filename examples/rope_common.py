@@ -125,9 +125,13 @@ class _SquaredLoss(nn.Cell):
 
 
 # --- self-check -----------------------------------------------------------------------------------------------
-def self_check(name, make_layer, inputs, modes=("PYNATIVE_MODE", "GRAPH_MODE"), atol=2e-5):
+def self_check(name, make_layer, rope_tables, d_model, seq_len=12, modes=("PYNATIVE_MODE", "GRAPH_MODE"),
+               atol=2e-5):
     """Builds the layer with ms_rotary and with plain ops (same weights); outputs and the gradients for
-    the input and every weight must agree. Prints one line per execution mode; raises if they differ."""
+    the input and every weight must agree on a random batch. Prints one line per execution mode; raises
+    if they differ."""
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((2, seq_len, d_model)).astype(np.float32))
+    inputs = (x, *rope_tables(seq_len))
     for mode in modes:
         ms.set_context(mode=getattr(ms, mode))
         ms.set_seed(0)
