@@ -112,14 +112,21 @@ def _byte_range(tensor):
     return start, start + tensor.nbytes
 
 
-def check_eager_inputs(dy, cos, sin, dy_name="dy"):
-    """Rules a live tensor shows: types, contiguity (an in-place write to a copy would be lost), aliasing."""
-    for name, value in ((dy_name, dy), ("cos", cos), ("sin", sin)):
-        if not isinstance(value, ms.Tensor):
-            raise TypeError(f"{_PREFIX}: {name} must be a mindspore.Tensor, got {type(value).__name__}")
+def require_contiguous(dy, dy_name="dy"):
+    """An in-place write into a non-contiguous view would land in a copy and be lost: refuse it."""
     if not dy.is_contiguous():
         raise ValueError(f"{_PREFIX}: {dy_name} must be contiguous (its stride is {dy.stride()}); "
                          f"the op writes into its memory, call .contiguous() first and use the result")
+
+
+def check_eager_inputs(dy, cos, sin, dy_name="dy", writes_dy=True):
+    """Rules a live tensor shows: types and, when the op writes dy, contiguity and no aliasing."""
+    for name, value in ((dy_name, dy), ("cos", cos), ("sin", sin)):
+        if not isinstance(value, ms.Tensor):
+            raise TypeError(f"{_PREFIX}: {name} must be a mindspore.Tensor, got {type(value).__name__}")
+    if not writes_dy:
+        return
+    require_contiguous(dy, dy_name)
     if dy.size == 0:
         return
     dy_lo, dy_hi = _byte_range(dy)

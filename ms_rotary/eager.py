@@ -14,7 +14,7 @@ from mindspore.common.api import _pynative_executor
 from mindspore.graph.jit_context import jit_context
 
 from . import numpy_kernel
-from .constraints import check_dtypes, check_shapes, element_dtype
+from .constraints import check_dtypes, check_shapes, element_dtype, require_contiguous
 
 _DTYPE_NAMES = {ms.float32: b"float32", ms.float16: b"float16", ms.bfloat16: b"bfloat16"}
 _SHAPE = ctypes.c_int64 * 4
@@ -69,9 +69,8 @@ def run(kernel, dy, cos, sin):
     """One call of RotaryKernel `kernel` on live tensors; returns dy (in place) or a new tensor."""
     start, end = _checked_slice(kernel.rotary_mode, kernel.partial_slice, kernel.dy_name, tuple(dy.shape),
                                 tuple(cos.shape), tuple(sin.shape), dy.dtype, cos.dtype, sin.dtype)
-    if kernel.in_place and not dy.is_contiguous():
-        raise ValueError(f"ms_rotary: {kernel.dy_name} must be contiguous (its stride is {dy.stride()}); the op "
-                         f"writes into its memory, call .contiguous() first and use the result")
+    if kernel.in_place:
+        require_contiguous(dy, kernel.dy_name)
     if _is_empty(dy, cos, start, end):
         return dy if kernel.in_place else dy.copy()
     src = dy if kernel.in_place else dy.contiguous()

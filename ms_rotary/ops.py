@@ -35,7 +35,7 @@ class _RotaryCell(nn.Cell):
         if len(args) != 3 or kwargs:
             raise TypeError(f"ms_rotary: {type(self).__name__} takes ({self._input_name}, cos, sin), "
                             f"got {len(args)} positional and {sorted(kwargs)} keyword arguments")
-        check_eager_inputs(*args, dy_name=self._input_name)
+        check_eager_inputs(*args, dy_name=self._input_name, writes_dy=self._returns_input)
         out = super().__call__(*args)
         # A compiled graph returns new Tensor objects; the in-place ops return the caller's own. (In PyNative
         # `out` already is it, unless autograd wrapped it to record the bprop: then `out` must be returned.)

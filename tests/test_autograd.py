@@ -184,3 +184,15 @@ def test_train_one_step_cell_graph_mode_matches_pynative(mode):
     assert any(np.abs(g.asnumpy()).max() > 0 for g in grads)
     for param, want in zip(nets[1].trainable_params(), expected):
         np.testing.assert_allclose(param.asnumpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_out_of_place_forward_accepts_a_non_contiguous_x():
+    rng = np.random.default_rng(32)
+    base, base64 = random_tensor(rng, (2, 2, 3, 16), "float32")
+    x = base.swapaxes(1, 2)  # (2, 3, 2, 16), strided
+    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    y = ms_rotary.PartialRotaryMul(2, list(SLICE))(x, cos, sin)
+    expected = rotary_forward(2, base64.swapaxes(1, 2), cos64, sin64, *SLICE)
+    np.testing.assert_allclose(y.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(base.asnumpy(), base64.astype(np.float32))
