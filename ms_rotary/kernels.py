@@ -43,8 +43,7 @@ def _infer_functions(rotary_mode, partial_slice, returns_token, dy_name, bf16_as
 def _numpy_compute(rotary_mode, partial_slice, conjugate):
     def compute(dy, cos, sin):
         start, end = resolve_slice(partial_slice, cos.shape)
-        out = numpy_kernel.rotate(dy, cos, sin, rotary_mode, start, end, conjugate, keep_float32=True)
-        return out
+        return numpy_kernel.rotate(dy, cos, sin, rotary_mode, start, end, conjugate, keep_float32=True)
 
     return compute
 
