@@ -17,7 +17,7 @@ import time
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn, ops
+from mindspore import nn
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -6,7 +6,7 @@ import itertools
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import nn, ops
+from mindspore import nn
 
 import ms_rotary
 from conftest import BACKENDS, DTYPES, TOLERANCE, random_tensor, to_float64

@@ -4,7 +4,7 @@ the call see the old and new values."""
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import nn, ops
+from mindspore import nn
 
 import ms_rotary
 from conftest import BACKENDS, random_tensor, raw_bits, to_float64

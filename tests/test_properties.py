@@ -3,7 +3,6 @@ reference. Profiles (HYPOTHESIS_PROFILE): "ci" (default, derandomized, 60 exampl
 seconds) and "soak" (3000 examples each, random seeds: run `HYPOTHESIS_PROFILE=soak pytest tests/test_properties.py`)."""
 import os
 
-import mindspore as ms
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
