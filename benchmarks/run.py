@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import mindspore as ms  # noqa: E402
 import numpy as np  # noqa: E402
-from mindspore.common.api import _pynative_executor
+from mindspore.graph.api import _pynative_executor
 
 import ms_rotary
 from ms_rotary import eager, numpy_kernel
@@ -202,7 +202,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer repeats, fewer sweep points")
     args = parser.parse_args()
     repeats = 5 if args.quick else 15
-    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
     os.makedirs(RESULTS, exist_ok=True)
     lines = []
 

@@ -107,7 +107,8 @@ def main(argv=None):
 
 def train(args, mode):
     """Trains one model; True when the loss fell by more than half."""
-    ms.set_context(mode=ms.PYNATIVE_MODE if args.pynative else ms.GRAPH_MODE, device_target="CPU")
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.PYNATIVE_MODE if args.pynative else ms.GRAPH_MODE)
     ms.set_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     layer_module = LAYERS[mode]

@@ -10,7 +10,7 @@ import functools
 
 import mindspore as ms
 from mindspore import context, mint
-from mindspore.common.api import _pynative_executor
+from mindspore.graph.api import _pynative_executor
 from mindspore.graph.jit_context import jit_context
 
 from . import numpy_kernel
