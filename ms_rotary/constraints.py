@@ -44,6 +44,11 @@ def normalize_slice(partial_slice):
     return start, end
 
 
+def is_empty_work(dy_shape, cos_shape, start, end):
+    """Empty work (SPEC): nothing to rotate, or a zero-sized axis in dy or cos/sin (whose shapes are equal)."""
+    return start == end or 0 in tuple(dy_shape) or 0 in tuple(cos_shape)
+
+
 def resolve_slice(partial_slice, cos_shape):
     """The [start, end) the op rotates: None means [0, cos.shape[-1]]."""
     if partial_slice is None:

@@ -14,7 +14,7 @@ from mindspore.graph.api import _pynative_executor
 from mindspore.graph.jit_context import jit_context
 
 from . import numpy_kernel
-from .constraints import check_dtypes, check_shapes, element_dtype, require_contiguous
+from .constraints import check_dtypes, check_shapes, element_dtype, is_empty_work, require_contiguous
 
 _DTYPE_NAMES = {ms.float32: b"float32", ms.float16: b"float16", ms.bfloat16: b"bfloat16"}
 _SHAPE = ctypes.c_int64 * 4
@@ -53,10 +53,6 @@ def _kernel_entry(lib_path):
     return fn
 
 
-def _is_empty(dy, cos, start, end):
-    return start == end or dy.size == 0 or cos.size == 0
-
-
 @functools.lru_cache(maxsize=256)
 def _checked_slice(rotary_mode, partial_slice, dy_name, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype, sin_dtype):
     """The constraint checks, remembered per signature (a training loop repeats a few): ~4 us -> ~0.3 us.
@@ -71,7 +67,7 @@ def run(kernel, dy, cos, sin):
                                 tuple(cos.shape), tuple(sin.shape), dy.dtype, cos.dtype, sin.dtype)
     if kernel.in_place:
         require_contiguous(dy, kernel.dy_name)
-    if _is_empty(dy, cos, start, end):
+    if is_empty_work(dy.shape, cos.shape, start, end):
         return dy if kernel.in_place else dy.copy()
     src = dy if kernel.in_place else dy.contiguous()
     out = dy if kernel.in_place else mint.empty_like(src)

@@ -4,6 +4,7 @@ Same fp32 operation order as kernel/cpu/rotary_kernel.cc (built without FMA cont
 results agree bit for bit; bf16/fp16 are computed in fp32 and rounded once on store."""
 import numpy as np
 
+from .constraints import is_empty_work
 from .modes import lane_pairs
 
 
@@ -11,7 +12,7 @@ def rotate(x, cos, sin, mode, start, end, conjugate, keep_float32=False):
     """Returns a copy of x whose lanes [start, end) are rotated (conjugate=True: the backward).
     keep_float32: a bf16 x gives an fp32 result, left for the caller to round."""
     out = x.astype(np.float32) if keep_float32 and x.dtype.name == "bfloat16" else x.copy()
-    if end == start or 0 in x.shape or 0 in cos.shape or 0 in sin.shape:
+    if is_empty_work(x.shape, cos.shape, start, end):
         return out
     d = x[..., start:end].astype(np.float32)
     c = cos.astype(np.float32)
