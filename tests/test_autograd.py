@@ -34,24 +34,32 @@ def _loss_fn(op):
     return loss
 
 
+# (dy shape, slice): narrow runs the CPU kernel's single-pair path only; wide (36 pairs, odd start) also
+# runs its 16-pair chunks, where in-place mode 3 stores after rotating and out-of-place stores per chunk.
+GEOMETRIES = {"narrow": (SHAPE, SLICE), "wide": ((2, 3, 2, 80), (3, 75))}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("geometry", GEOMETRIES)
 @pytest.mark.parametrize("dtype,cos_dtype", list(itertools.product(DTYPES, DTYPES)))
 @pytest.mark.parametrize("mode", range(4))
 @pytest.mark.parametrize("op_class", [ms_rotary.InplacePartialRotaryMul, ms_rotary.PartialRotaryMul])
-def test_grad_of_forward_is_the_grad_op(op_class, mode, dtype, cos_dtype, backend):
+def test_grad_of_forward_is_the_grad_op(op_class, mode, dtype, cos_dtype, geometry, backend):
+    shape, (start, end) = GEOMETRIES[geometry]
     rng = np.random.default_rng(mode)
-    x, x64 = random_tensor(rng, SHAPE, dtype)
-    w, w64 = random_tensor(rng, SHAPE, dtype)
-    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), cos_dtype)
-    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), cos_dtype)
-    value, grad_x = ms.value_and_grad(_loss_fn(op_class(mode, list(SLICE), backend=backend)))(x, cos, sin, w)
+    x, x64 = random_tensor(rng, shape, dtype)
+    w, w64 = random_tensor(rng, shape, dtype)
+    cos, cos64 = random_tensor(rng, (1, shape[1], 1, end - start), cos_dtype)
+    sin, sin64 = random_tensor(rng, (1, shape[1], 1, end - start), cos_dtype)
+    value, grad_x = ms.value_and_grad(_loss_fn(op_class(mode, [start, end], backend=backend)))(x, cos, sin, w)
     np.testing.assert_array_equal(to_float64(x), x64)  # the caller's x is kept (the op rotated a copy)
     dy = w.copy()
-    ms_rotary.InplacePartialRotaryMulGrad(mode, list(SLICE), backend=backend)(dy, cos, sin)
+    ms_rotary.InplacePartialRotaryMulGrad(mode, [start, end], backend=backend)(dy, cos, sin)
     np.testing.assert_array_equal(grad_x.asnumpy(), dy.asnumpy())  # same kernel, same bits
     tol = TOLERANCE[dtype]
-    np.testing.assert_allclose(to_float64(grad_x), rotary_grad(mode, w64, cos64, sin64, *SLICE), rtol=tol, atol=tol)
-    expected_value = np.sum(rotary_forward(mode, x64, cos64, sin64, *SLICE) * w64)
+    np.testing.assert_allclose(to_float64(grad_x), rotary_grad(mode, w64, cos64, sin64, start, end), rtol=tol,
+                               atol=tol)
+    expected_value = np.sum(rotary_forward(mode, x64, cos64, sin64, start, end) * w64)
     np.testing.assert_allclose(float(value.float().asnumpy()), expected_value, rtol=tol * 20, atol=tol * 20)
 
 

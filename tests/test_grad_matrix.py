@@ -1,5 +1,5 @@
 """InplacePartialRotaryMulGrad against the float64 reference: every mode x dy dtype x cos/sin dtype x
-broadcast pattern x slice, on both backends, in PyNative (all) and GRAPH_MODE (every combination of mode,
+broadcast pattern x slice, on both backends, in PyNative (all, plus wide slices) and GRAPH_MODE (every combination of mode,
 dtypes and slice, cycling through the broadcast patterns)."""
 import itertools
 
@@ -21,16 +21,25 @@ SLICES = {
     "none": (None, (0, 8)),
     "empty": ([6, 6], (6, 6)),
 }
+# A wider head: the CPU kernel rotates 16 pairs at a time, then single pairs (per half in quarter mode);
+# these slices run both paths, from aligned and odd starts.
+WIDE_SHAPE = (2, 3, 2, 80)
+WIDE_SLICES = {
+    "two chunks": ([0, 64], (0, 64)),
+    "chunks and tail, odd start": ([3, 75], (3, 75)),
+    "full": ([0, 80], (0, 80)),
+}
 DTYPE_PAIRS = list(itertools.product(DTYPES, DTYPES))
 
 
-def check_against_reference(mode, dy_dtype, cos_dtype, pattern, slice_name, backend, seed):
-    partial_slice, (start, end) = SLICES[slice_name]
+def check_against_reference(mode, dy_dtype, cos_dtype, pattern, slice_name, backend, seed, dy_shape=DY_SHAPE,
+                            slices=SLICES):
+    partial_slice, (start, end) = slices[slice_name]
     rng = np.random.default_rng(seed)
-    dy, dy64 = random_tensor(rng, DY_SHAPE, dy_dtype)
+    dy, dy64 = random_tensor(rng, dy_shape, dy_dtype)
     length = end - start if end > start else 4  # empty work ignores cos/sin's length
-    cos, cos64 = random_tensor(rng, cos_shape(DY_SHAPE, pattern, length), cos_dtype)
-    sin, sin64 = random_tensor(rng, cos_shape(DY_SHAPE, pattern, length), cos_dtype)
+    cos, cos64 = random_tensor(rng, cos_shape(dy_shape, pattern, length), cos_dtype)
+    sin, sin64 = random_tensor(rng, cos_shape(dy_shape, pattern, length), cos_dtype)
     op = ms_rotary.InplacePartialRotaryMulGrad(mode, partial_slice, backend=backend)
     out = op(dy, cos, sin)
     assert out is dy
@@ -52,6 +61,17 @@ def test_pynative_matrix(mode, dy_dtype, cos_dtype, pattern, slice_name, backend
     check_against_reference(mode, dy_dtype, cos_dtype, pattern, slice_name, backend, seed=mode * 7 + 1)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("slice_name", WIDE_SLICES)
+@pytest.mark.parametrize("dy_dtype,cos_dtype", DTYPE_PAIRS)
+@pytest.mark.parametrize("mode", range(4))
+def test_pynative_wide_slices(mode, dy_dtype, cos_dtype, slice_name, backend):
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    pattern = BROADCASTS[(mode + len(slice_name)) % len(BROADCASTS)]
+    check_against_reference(mode, dy_dtype, cos_dtype, pattern, slice_name, backend, seed=mode * 7 + 3,
+                            dy_shape=WIDE_SHAPE, slices=WIDE_SLICES)
+
+
 GRAPH_CASES = [
     (mode, dy_dtype, cos_dtype, BROADCASTS[i % len(BROADCASTS)], slice_name)
     for i, (mode, (dy_dtype, cos_dtype), slice_name) in enumerate(itertools.product(range(4), DTYPE_PAIRS, SLICES))
@@ -68,17 +88,19 @@ def test_graph_matrix(mode, dy_dtype, cos_dtype, pattern, slice_name, backend):
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
+@pytest.mark.parametrize("op_class", [ms_rotary.InplacePartialRotaryMulGrad, ms_rotary.InplacePartialRotaryMul])
+@pytest.mark.parametrize("start,end", [(4, 28), (3, 75)])
 @pytest.mark.parametrize("mode", range(4))
 @pytest.mark.parametrize("dy_dtype,cos_dtype", DTYPE_PAIRS)
-def test_backends_agree_bit_for_bit(mode, dy_dtype, cos_dtype):
+def test_backends_agree_bit_for_bit(mode, dy_dtype, cos_dtype, start, end, op_class):
     """Both backends compute in fp32 in the same order and round once: identical bits."""
     rng = np.random.default_rng(11)
-    dy, _ = random_tensor(rng, (2, 5, 3, 32), dy_dtype)
-    cos, _ = random_tensor(rng, (1, 5, 1, 24), cos_dtype)
-    sin, _ = random_tensor(rng, (1, 5, 1, 24), cos_dtype)
+    dy, _ = random_tensor(rng, (2, 5, 3, 80), dy_dtype)
+    cos, _ = random_tensor(rng, (1, 5, 1, end - start), cos_dtype)
+    sin, _ = random_tensor(rng, (1, 5, 1, end - start), cos_dtype)
     results = []
     for backend in BACKENDS:
         copy = dy.copy()
-        ms_rotary.InplacePartialRotaryMulGrad(mode, [4, 28], backend=backend)(copy, cos, sin)
+        op_class(mode, [start, end], backend=backend)(copy, cos, sin)
         results.append(copy.view(ms.int16 if copy.dtype != ms.float32 else ms.int32).asnumpy())
     np.testing.assert_array_equal(results[0], results[1])

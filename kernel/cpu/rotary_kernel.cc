@@ -9,16 +9,20 @@
 //   3 interl.-half  pairs                     halves
 // forward : y[ya] = x[xa]*c[ya] - x[xb]*s[ya];   y[yb] = x[xb]*c[yb] + x[xa]*s[yb]
 // backward: dx[xa] = dy[ya]*c[ya] + dy[yb]*s[yb]; dx[xb] = dy[yb]*c[yb] - dy[ya]*s[ya]
-// Each row's slice is split into fp32 a/b lane arrays, rotated with one contiguous loop, and merged
-// into the output layout: in-place writes never feed later reads, bf16/fp16 round once on store, and
-// the arithmetic has no alternating +/- pattern that GCC would fuse into FMA (vfmaddsub ignores
-// -ffp-contract=off), so fp32 results match the numpy fallback bit for bit.
+// Each row's slice is rotated 16 pairs at a time in SIMD registers: load the pairs' a and b lanes as fp32
+// vectors (deinterleaving pairs layouts), rotate, store them back in the output layout, rounding bf16/fp16
+// once; a tail of fewer than 16 pairs goes one pair at a time. a and b stay separate vectors, so there is
+// no alternating +/- pattern for GCC to fuse into FMA (vfmaddsub ignores -ffp-contract=off): results
+// match the numpy fallback bit for bit.
 #include "rotary_kernel.h"
-
 
 #include <algorithm>
 #include <cstring>
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ms_rotary {
@@ -53,43 +57,73 @@ inline void store(float *dst, float v) { *dst = v; }
 inline void store(_Float16 *dst, float v) { *dst = static_cast<_Float16>(v); }
 inline void store(BF16 *dst, float v) { dst->bits = float_to_bf16(v); }
 
+// kChunk fp32 lanes as a GCC vector sized to one register of the build's SIMD (zmm, ymm, else 128-bit),
+// so a chunk of pairs is converted, shuffled and rotated in registers with no per-lane loop to vectorize.
+#if defined(__AVX512F__)
+constexpr int kChunk = 16;
+#elif defined(__AVX__)
+constexpr int kChunk = 8;
+#else
+constexpr int kChunk = 4;
+#endif
+typedef float Vec __attribute__((vector_size(4 * kChunk)));
+typedef uint32_t Bits __attribute__((vector_size(4 * kChunk)));
+typedef int32_t Index __attribute__((vector_size(4 * kChunk)));
+typedef uint16_t HalfBits __attribute__((vector_size(2 * kChunk)));
+typedef _Float16 HalfVec __attribute__((vector_size(2 * kChunk)));
+
+template <typename V>
+inline V load_bytes(const void *p) {
+  V v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline Vec load_vec(const float *p) { return load_bytes<Vec>(p); }
+// GCC converts _Float16 vectors one lane at a time; AVX-512F/F16C convert a register at once, rounding alike.
+inline Vec load_vec(const _Float16 *p) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<Vec>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))));
+#elif defined(__F16C__)  // with AVX: kChunk is 8
+  Vec v;
+  for (int k = 0; k < kChunk; k += 8) {
+    const __m256 lanes = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p + k)));
+    std::memcpy(reinterpret_cast<float *>(&v) + k, &lanes, sizeof(lanes));
+  }
+  return v;
+#else
+  return __builtin_convertvector(load_bytes<HalfVec>(p), Vec);
+#endif
+}
+inline Vec load_vec(const BF16 *p) {
+  return reinterpret_cast<Vec>(__builtin_convertvector(load_bytes<HalfBits>(p), Bits) << 16);
+}
+
+inline void store_vec(float *p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
+inline void store_vec(_Float16 *p, Vec v) {
+#if defined(__AVX512F__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(p),
+                      _mm512_cvtps_ph(reinterpret_cast<__m512>(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(__F16C__)
+  for (int k = 0; k < kChunk; k += 8) {
+    const __m256 lanes = load_bytes<__m256>(reinterpret_cast<const float *>(&v) + k);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p + k),
+                     _mm256_cvtps_ph(lanes, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#else
+  const HalfVec h = __builtin_convertvector(v, HalfVec);
+  std::memcpy(p, &h, sizeof(h));
+#endif
+}
+inline void store_vec(BF16 *p, Vec v) {  // float_to_bf16, lane-wise
+  const Bits bits = reinterpret_cast<Bits>(v);
+  const Bits rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const Bits out = (bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x40u : rounded;
+  const HalfBits h = __builtin_convertvector(out, HalfBits);
+  std::memcpy(p, &h, sizeof(h));
+}
+
 enum Layout { kHalves, kPairs, kQuarters };
-
-// src's `len` lanes -> the a and b lanes of its len/2 pairs, as fp32.
-template <Layout L, typename T>
-inline void split(const T *src, float *a, float *b, int64_t len) {
-  const int64_t half = len / 2;
-  if (L == kHalves) {
-    for (int64_t k = 0; k < half; ++k) a[k] = to_float(src[k]);
-    for (int64_t k = 0; k < half; ++k) b[k] = to_float(src[k + half]);
-  } else if (L == kPairs) {
-    for (int64_t k = 0; k < half; ++k) {
-      a[k] = to_float(src[2 * k]);
-      b[k] = to_float(src[2 * k + 1]);
-    }
-  } else {
-    split<kHalves>(src, a, b, half);
-    split<kHalves>(src + half, a + half / 2, b + half / 2, half);
-  }
-}
-
-// The inverse of split: a/b lanes -> dst in layout L, rounded once to T.
-template <Layout L, typename T>
-inline void merge(const float *a, const float *b, T *dst, int64_t len) {
-  const int64_t half = len / 2;
-  if (L == kHalves) {
-    for (int64_t k = 0; k < half; ++k) store(dst + k, a[k]);
-    for (int64_t k = 0; k < half; ++k) store(dst + k + half, b[k]);
-  } else if (L == kPairs) {
-    for (int64_t k = 0; k < half; ++k) {
-      store(dst + 2 * k, a[k]);
-      store(dst + 2 * k + 1, b[k]);
-    }
-  } else {
-    merge<kHalves>(a, b, dst, half);
-    merge<kHalves>(a + half / 2, b + half / 2, dst + half, half);
-  }
-}
 
 template <int MODE>
 struct ModeLayout {
@@ -97,22 +131,126 @@ struct ModeLayout {
   static constexpr Layout y = MODE == 1 ? kPairs : MODE == 2 ? kQuarters : kHalves;
 };
 
-// Cos and sin of one row, split into the a/b lanes of y's layout.
+// A layout is `count` equal blocks of the slice; pair i of a block (length m) sits at lanes (i, i + m/2)
+// in a halves block and (2i, 2i + 1) in a pairs block. Quarters is two halves blocks. Pairs are numbered
+// j = block * m/2 + i in every layout, so the x and y layouts of one mode agree on j.
+template <Layout L>
+struct Blocks {
+  static constexpr int count = L == kQuarters ? 2 : 1;
+  static constexpr bool pairs = L == kPairs;
+  static int64_t lane_a(int64_t i) { return pairs ? 2 * i : i; }
+  static int64_t lane_b(int64_t i, int64_t m) { return pairs ? 2 * i + 1 : i + m / 2; }
+};
+
+// Shuffle masks over two chunks (lanes 0..2*kChunk-1): deinterleave to a/b, and interleave back.
+template <size_t... k>
+constexpr Index lanes_from(int first, int step, std::index_sequence<k...>) {
+  return Index{static_cast<int32_t>(first + step * k)...};
+}
+template <size_t... k>
+constexpr Index interleaved(int first, std::index_sequence<k...>) {
+  return Index{static_cast<int32_t>(first + k / 2 + (k % 2) * kChunk)...};
+}
+constexpr auto kLanes = std::make_index_sequence<kChunk>();
+constexpr Index kEven = lanes_from(0, 2, kLanes), kOdd = lanes_from(1, 2, kLanes);
+constexpr Index kFirstHalf = interleaved(0, kLanes), kSecondHalf = interleaved(kChunk / 2, kLanes);
+
+// Pairs [i, i + kChunk) of a block <-> their a and b lanes.
+template <Layout L, typename T>
+inline void load_chunk(const T *block, int64_t i, int64_t m, Vec &a, Vec &b) {
+  if (Blocks<L>::pairs) {
+    const Vec lo = load_vec(block + 2 * i), hi = load_vec(block + 2 * i + kChunk);
+    a = __builtin_shuffle(lo, hi, kEven);
+    b = __builtin_shuffle(lo, hi, kOdd);
+  } else {
+    a = load_vec(block + i);
+    b = load_vec(block + i + m / 2);
+  }
+}
+
+template <Layout L, typename T>
+inline void store_chunk(Vec a, Vec b, T *block, int64_t i, int64_t m) {
+  if (Blocks<L>::pairs) {
+    store_vec(block + 2 * i, __builtin_shuffle(a, b, kFirstHalf));
+    store_vec(block + 2 * i + kChunk, __builtin_shuffle(a, b, kSecondHalf));
+  } else {
+    store_vec(block + i, a);
+    store_vec(block + i + m / 2, b);
+  }
+}
+
+// V is Vec (a chunk) or float (one pair of a tail).
+template <bool CONJ, typename V>
+inline void rotate(V ia, V ib, V ca, V cb, V sa, V sb, V &oa, V &ob) {
+  if (CONJ) {
+    oa = ia * ca + ib * sb;
+    ob = ib * cb - ia * sa;
+  } else {
+    oa = ia * ca - ib * sa;
+    ob = ib * cb + ia * sb;
+  }
+}
+
+// Cos and sin of one row, as the a/b lanes of y's pairs, in pair order.
 struct CosSinLanes {
   float ca[kMaxHeadDim / 2], cb[kMaxHeadDim / 2], sa[kMaxHeadDim / 2], sb[kMaxHeadDim / 2];
 };
 
-template <bool CONJ>
-inline void rotate_pairs(const float *ia, const float *ib, const CosSinLanes &cs, float *oa, float *ob,
-                         int64_t half) {
-  for (int64_t k = 0; k < half; ++k) {
-    if (CONJ) {
-      oa[k] = ia[k] * cs.ca[k] + ib[k] * cs.sb[k];
-      ob[k] = ib[k] * cs.cb[k] - ia[k] * cs.sa[k];
-    } else {
-      oa[k] = ia[k] * cs.ca[k] - ib[k] * cs.sa[k];
-      ob[k] = ib[k] * cs.cb[k] + ia[k] * cs.sb[k];
+template <Layout L, typename U>
+void split_cos_sin(const U *cos, const U *sin, int64_t len, CosSinLanes &cs) {
+  const int64_t m = len / Blocks<L>::count;
+  for (int blk = 0; blk < Blocks<L>::count; ++blk) {
+    for (int64_t i = 0, j = blk * m / 2; i < m / 2; ++i, ++j) {
+      cs.ca[j] = to_float(cos[blk * m + Blocks<L>::lane_a(i)]);
+      cs.cb[j] = to_float(cos[blk * m + Blocks<L>::lane_b(i, m)]);
+      cs.sa[j] = to_float(sin[blk * m + Blocks<L>::lane_a(i)]);
+      cs.sb[j] = to_float(sin[blk * m + Blocks<L>::lane_b(i, m)]);
     }
+  }
+}
+
+// One row's slice from src to dst (which may be src): chunks of kChunk pairs, then single pairs.
+// Mode 3 moves lanes between layouts, so in place every pair is rotated (into oa/ob) before any is
+// stored; otherwise each chunk is stored as soon as it is rotated.
+template <bool CONJ, Layout IN, Layout OUT, typename T>
+inline void rotate_slice(const T *src, T *dst, const CosSinLanes &cs, int64_t len) {
+  const bool store_after = IN != OUT && src == dst;
+  const int64_t m = len / Blocks<IN>::count, per_block = m / 2, full = per_block - per_block % kChunk;
+  float oa[kMaxHeadDim / 2], ob[kMaxHeadDim / 2];
+  for (int blk = 0; blk < Blocks<IN>::count; ++blk) {
+    const T *in = src + blk * m;
+    T *out = dst + blk * m;
+    const int64_t j0 = blk * per_block;
+    int64_t i = 0;
+    for (; i < full; i += kChunk) {
+      const int64_t j = j0 + i;
+      Vec ia, ib, ra, rb;
+      load_chunk<IN>(in, i, m, ia, ib);
+      rotate<CONJ>(ia, ib, load_vec(cs.ca + j), load_vec(cs.cb + j), load_vec(cs.sa + j), load_vec(cs.sb + j), ra, rb);
+      if (store_after) {
+        store_vec(oa + j, ra);
+        store_vec(ob + j, rb);
+      } else {
+        store_chunk<OUT>(ra, rb, out, i, m);
+      }
+    }
+    for (; i < per_block; ++i) {
+      const int64_t j = j0 + i;
+      rotate<CONJ>(to_float(in[Blocks<IN>::lane_a(i)]), to_float(in[Blocks<IN>::lane_b(i, m)]), cs.ca[j],
+                   cs.cb[j], cs.sa[j], cs.sb[j], oa[j], ob[j]);
+      if (!store_after) {
+        store(out + Blocks<OUT>::lane_a(i), oa[j]);
+        store(out + Blocks<OUT>::lane_b(i, m), ob[j]);
+      }
+    }
+  }
+  if (!store_after) return;
+  const int64_t half = len / 2, full_row = half - half % kChunk;  // IN != OUT: single blocks
+  int64_t j = 0;
+  for (; j < full_row; j += kChunk) store_chunk<OUT>(load_vec(oa + j), load_vec(ob + j), dst, j, len);
+  for (; j < half; ++j) {
+    store(dst + Blocks<OUT>::lane_a(j), oa[j]);
+    store(dst + Blocks<OUT>::lane_b(j, len), ob[j]);
   }
 }
 
@@ -134,36 +272,30 @@ inline void prefetch_slice(const void *p, int64_t bytes) {
 }
 
 // Rows [row_begin, row_end) of dy; `out` is dy (in place) or a separate tensor that also gets the lanes
-// outside the slice.
+// outside the slice. flatten: the chunk helpers must inline into the row loop to stay in registers.
 template <int MODE, bool CONJ, typename T, typename U>
-void rotate_rows(const T *dy, T *out, const U *cos, const U *sin, const Geometry &g, int64_t row_begin,
-                 int64_t row_end) {
+__attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, const U *sin, const Geometry &g,
+                                          int64_t row_begin, int64_t row_end) {
   constexpr Layout in_layout = CONJ ? ModeLayout<MODE>::y : ModeLayout<MODE>::x;
   constexpr Layout out_layout = CONJ ? ModeLayout<MODE>::x : ModeLayout<MODE>::y;
-  constexpr int64_t kHalf = kMaxHeadDim / 2;
-  float ia[kHalf], ib[kHalf], oa[kHalf], ob[kHalf];
   CosSinLanes cs;
-  const int64_t half = g.len / 2;
   int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once
   const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)));
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t cos_row = b * g.cos_b_stride + srow * g.cos_s_stride + n * g.cos_n_stride;
     if (cos_row != cached_cos_row) {
-      split<ModeLayout<MODE>::y>(cos + cos_row * g.len, cs.ca, cs.cb, g.len);
-      split<ModeLayout<MODE>::y>(sin + cos_row * g.len, cs.sa, cs.sb, g.len);
+      split_cos_sin<ModeLayout<MODE>::y>(cos + cos_row * g.len, sin + cos_row * g.len, g.len, cs);
       cached_cos_row = cos_row;
     }
-    const T *src = dy + row * g.D;
-    T *dst = out + row * g.D;
-    if (row + ahead < row_end) prefetch_slice(src + ahead * g.D + g.start, g.len * sizeof(T));
-    split<in_layout>(src + g.start, ia, ib, g.len);
-    if (dst != src) {
-      std::memcpy(dst, src, g.start * sizeof(T));
-      std::memcpy(dst + g.end, src + g.end, (g.D - g.end) * sizeof(T));
+    const T *src = dy + row * g.D + g.start;
+    T *dst = out + row * g.D + g.start;
+    if (row + ahead < row_end) prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
+    if (src != dst) {
+      std::memcpy(dst - g.start, src - g.start, g.start * sizeof(T));
+      std::memcpy(dst + g.len, src + g.len, (g.D - g.end) * sizeof(T));
     }
-    rotate_pairs<CONJ>(ia, ib, cs, oa, ob, half);
-    merge<out_layout>(oa, ob, dst + g.start, g.len);
+    rotate_slice<CONJ, in_layout, out_layout>(src, dst, cs, g.len);
     if (++n == g.N) {
       n = 0;
       if (++srow == g.S) {
