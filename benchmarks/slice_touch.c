@@ -1,5 +1,5 @@
-/* The traffic floor of the op's access pattern: read and rewrite exactly the slice bytes of every row, in
- * place, with the simplest loop, split over threads like the kernel. Compiled by run.py; not part of the package.
+/* The op's access pattern with no work: read and rewrite exactly the slice bytes of every row, in place,
+ * with the simplest loop, split over threads like the kernel. Compiled by run.py; not part of the package.
  * `delta` is 0 at run time, so the data is unchanged, but the compiler must still load and store every byte. */
 #include <pthread.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 """InplacePartialRotaryMulGrad against the float64 reference: every mode x dy dtype x cos/sin dtype x
-broadcast pattern x slice, on both backends, in PyNative (all, plus wide slices) and GRAPH_MODE (every combination of mode,
-dtypes and slice, cycling through the broadcast patterns)."""
+broadcast pattern x slice, on both backends, in PyNative (all, plus wide slices) and GRAPH_MODE (every
+combination of mode, dtypes and slice, cycling through the broadcast patterns)."""
 import itertools
 
 import mindspore as ms
