@@ -12,27 +12,41 @@ from conftest import BACKENDS, random_tensor, to_float64
 from reference import rotary_grad
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+# (dy shape, slice, positions set to NaN/inf in dy): narrow runs the CPU kernel's single-pair path, wide
+# (36 pairs) its SIMD chunks too.
+NAN_GEOMETRIES = {
+    "narrow": ((2, 3, 2, 16), (4, 12), (4, 9)),
+    "wide": ((2, 3, 2, 80), (3, 75), (5, 40)),
+}
+
+
+@pytest.mark.parametrize("geometry", NAN_GEOMETRIES)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_nan_and_inf_propagate_like_the_reference(backend, dtype):
+def test_nan_and_inf_propagate_like_the_reference(dtype, geometry):
+    shape, (start, end), (nan_at, inf_at) = NAN_GEOMETRIES[geometry]
+    length = end - start
     rng = np.random.default_rng(0)
-    dy_np = rng.uniform(-1, 1, (2, 3, 2, 16)).astype(np.float32)
-    dy_np[0, 0, 0, [4, 9]] = [np.nan, np.inf]
-    dy_np[1, 2, 1, 5] = -np.inf
-    cos_np = rng.uniform(-1, 1, (1, 3, 1, 8)).astype(np.float32)
+    dy_np = rng.uniform(-1, 1, shape).astype(np.float32)
+    dy_np[0, 0, 0, [nan_at, inf_at]] = [np.nan, np.inf]
+    dy_np[1, 2, 1, nan_at + 1] = -np.inf
+    cos_np = rng.uniform(-1, 1, (1, 3, 1, length)).astype(np.float32)
     cos_np[0, 1, 0, 3] = np.inf
-    sin_np = rng.uniform(-1, 1, (1, 3, 1, 8)).astype(np.float32)
+    sin_np = rng.uniform(-1, 1, (1, 3, 1, length)).astype(np.float32)
     sin_np[0, 2, 0, 0] = np.nan
-    dy = ms.Tensor(dy_np, getattr(ms, dtype))
     cos, sin = ms.Tensor(cos_np, getattr(ms, dtype)), ms.Tensor(sin_np, getattr(ms, dtype))
-    expected = rotary_grad(0, to_float64(dy), to_float64(cos), to_float64(sin), 4, 12)
-    ms_rotary.InplacePartialRotaryMulGrad(0, [4, 12], backend=backend)(dy, cos, sin)
-    got = to_float64(dy)
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
-    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(expected))
-    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
-    finite = np.isfinite(expected)
-    np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-2, atol=1e-2)
+    bits = []
+    for backend in BACKENDS:
+        dy = ms.Tensor(dy_np, getattr(ms, dtype))
+        expected = rotary_grad(0, to_float64(dy), to_float64(cos), to_float64(sin), start, end)
+        ms_rotary.InplacePartialRotaryMulGrad(0, [start, end], backend=backend)(dy, cos, sin)
+        got = to_float64(dy)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(expected))
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
+        finite = np.isfinite(expected)
+        np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-2, atol=1e-2)
+        bits.append(dy.view(ms.int32 if dtype == "float32" else ms.int16).asnumpy())
+    np.testing.assert_array_equal(bits[0], bits[1])  # NaN payloads and signs included
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
