@@ -1,0 +1,24 @@
+#!/bin/bash
+# The CPU kernel alone against the same-bytes loop (kernel_rows.cc): per-row cost from cache, and the large
+# shapes of benchmarks/run.py from memory. Usage: bash benchmarks/kernel_rows.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d)
+cc -O3 -march=native -c benchmarks/slice_touch.c -o "$out/slice_touch.o"
+g++ -O3 -march=native -std=c++17 -ffp-contract=off -pthread -Ikernel/cpu benchmarks/kernel_rows.cc \
+  kernel/cpu/rotary_kernel.cc "$out/slice_touch.o" -o "$out/kernel_rows"
+run() { "$out/kernel_rows" "$@"; }
+echo "from cache (dy 1 MB or less, 1 thread): per-row compute"
+for dtype in float32 float16 bfloat16; do
+  for mode in 0 1 2; do run 1 64 32 128 0 64 $mode $dtype 1 2000; done
+  run 1 64 16 192 128 192 3 $dtype 1 2000
+done
+echo "from memory (2 threads)"
+run 4 4096 32 128 0 64 0 float32 2
+run 4 4096 32 128 0 64 0 bfloat16 2
+run 4 4096 32 128 0 64 1 float32 2
+run 2 4096 16 192 128 192 3 float32 2
+run 2 4096 16 192 128 192 3 bfloat16 2
+run 1 8192 32 64 0 64 0 float32 2
+run 1 8192 32 1024 0 64 0 float32 2
+rm -r "$out"
