@@ -21,8 +21,8 @@ SLICES = {
     "none": (None, (0, 8)),
     "empty": ([6, 6], (6, 6)),
 }
-# A wider head: the CPU kernel rotates 16 pairs at a time, then single pairs (per half in quarter mode);
-# these slices run both paths, from aligned and odd starts.
+# A wider head: the CPU kernel rotates a register of pairs at a time (16 on AVX-512), then single pairs
+# (per half in quarter mode); these slices run both paths, from aligned and odd starts.
 WIDE_SHAPE = (2, 3, 2, 80)
 WIDE_SLICES = {
     "two chunks": ([0, 64], (0, 64)),

@@ -11,9 +11,9 @@
 // backward: dx[xa] = dy[ya]*c[ya] + dy[yb]*s[yb]; dx[xb] = dy[yb]*c[yb] - dy[ya]*s[ya]
 // Each row's slice is rotated kChunk pairs at a time (16 with AVX-512) in SIMD registers: load the pairs'
 // a and b lanes as fp32 vectors (deinterleaving pairs layouts), rotate, store them back in the output
-// layout, rounding bf16/fp16 once; a tail of fewer than kChunk pairs goes one pair at a time. a and b stay separate vectors, so there is
-// no alternating +/- pattern for GCC to fuse into FMA (vfmaddsub ignores -ffp-contract=off): results
-// match the numpy fallback bit for bit.
+// layout, rounding bf16/fp16 once; a tail of fewer than kChunk pairs goes one pair at a time. a and b
+// stay separate vectors, so there is no alternating +/- pattern for GCC to fuse into FMA (vfmaddsub
+// ignores -ffp-contract=off): results match the numpy fallback bit for bit.
 #include "rotary_kernel.h"
 
 #include <algorithm>
