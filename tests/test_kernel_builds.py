@@ -1,6 +1,7 @@
 """The CPU kernel built for narrower SIMD than the installed one (SSE2: 4-pair chunks; AVX2 + F16C: 8-pair
 chunks; an AVX-512 build has 16) writes the same bits as the installed kernel, which the other tests hold
 bit-identical to the numpy kernel: the code paths of machines without AVX-512, checked on this one."""
+import ast
 import ctypes
 import os
 import platform
@@ -13,7 +14,18 @@ import ms_rotary
 from ms_rotary import eager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = [os.path.join(ROOT, "kernel", "cpu", name) for name in ("rotary_kernel.cc", "aot_entry.cc")]
+
+
+def setup_constants(*names):
+    """Literal constants of setup.py (read, not run: running it would start a build)."""
+    with open(os.path.join(ROOT, "setup.py")) as source:
+        tree = ast.parse(source.read())
+    found = {target.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+             for target in node.targets if isinstance(target, ast.Name) and target.id in names}
+    return [found[name] for name in names]
+
+
+KERNEL_SOURCES, BASE_FLAGS = setup_constants("KERNEL_SOURCES", "BASE_FLAGS")
 # name: (compiler flags, CPU flags the build needs)
 BUILDS = {"sse2": (["-march=x86-64"], set()), "avx2": (["-march=haswell"], {"avx2", "f16c", "fma", "bmi2"})}
 GEOMETRIES = {"narrow": ((2, 3, 2, 16), (4, 12)), "wide": ((2, 3, 2, 80), (3, 75))}  # wide: chunks + tail
@@ -40,8 +52,8 @@ def entries(tmp_path_factory):
         if not needs <= cpu_flags():
             continue
         library = str(out_dir / f"libms_rotary_{name}.so")
-        subprocess.run(["g++", "-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
-                        "-Wno-psabi", *flags, *SOURCES, "-o", library], check=True)
+        sources = [os.path.join(ROOT, path) for path in KERNEL_SOURCES]
+        subprocess.run(["g++", *BASE_FLAGS, "-Wno-psabi", *flags, *sources, "-o", library], check=True)
         built[name] = eager._kernel_entry(library)
     return built
 
