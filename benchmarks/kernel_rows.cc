@@ -1,14 +1,20 @@
 // The CPU kernel alone, no MindSpore: run_rotary on a freshly allocated dy against slice_touch (the same bytes
-// read and rewritten by the simplest loop), alternating the two so machine noise hits both alike.
+// read and rewritten by the simplest loop), alternating the two so machine noise hits both alike. When dy is
+// larger than 8 MiB every timed call starts from caches full of other dirty data (as benchmarks/run.py does).
 // Build and run the standard cases with benchmarks/kernel_rows.sh.
-//   kernel_rows B S N D start end mode dtype threads [repeats]    (dtype: float32 | float16 | bfloat16)
-// dy starts 16 bytes past a cache line, as MindSpore's buffers do; cos/sin are [1, S, 1, end - start].
+//   kernel_rows B S N D start end mode dtype threads [repeats [pages]]
+//   dtype: float32 | float16 | bfloat16; pages: 4k (default, what MindSpore's buffers get here) or 2m
+//   (dy in transparent 2 MiB pages: rules out TLB misses as the cost of rows far apart).
+// dy starts 16 bytes past a 4 KiB page, as MindSpore's large buffers do here (data_ptr() % 4096 == 16); the
+// offset matters to prefetch experiments. cos/sin are [1, S, 1, end - start].
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "rotary_kernel.h"
 
@@ -21,6 +27,29 @@ double seconds_of(void (*fn)(void *), void *arg) {
   const auto start = std::chrono::steady_clock::now();
   fn(arg);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `bytes` of zeroed memory aligned to 2 MiB, in 2 MiB pages if `huge` and the kernel grants them
+// (transparent huge pages in "madvise" mode, as here). Never freed: the process ends after one case.
+unsigned char *map_bytes(size_t bytes, bool huge) {
+  const size_t page = size_t{2} << 20, size = (bytes + 2 * page - 1) / page * page;
+  void *m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) std::abort();
+  unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(m) + page - 1) & ~(page - 1));
+  madvise(base, size - page, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  return base;
+}
+
+long anon_huge_kib() {  // AnonHugePages of this process, to show whether 2 MiB pages were granted
+  FILE *f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "AnonHugePages: %ld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib;
 }
 
 double median(std::vector<double> v) {
@@ -48,36 +77,46 @@ void run_touch(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 10) {
-    std::fprintf(stderr, "usage: %s B S N D start end mode dtype threads [repeats]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s B S N D start end mode dtype threads [repeats [4k|2m]]\n", argv[0]);
     return 2;
   }
   const int64_t B = std::atoll(argv[1]), S = std::atoll(argv[2]), N = std::atoll(argv[3]), D = std::atoll(argv[4]);
   const int64_t start = std::atoll(argv[5]), end = std::atoll(argv[6]), mode = std::atoll(argv[7]);
   const ms_rotary::DType dtype = ms_rotary::dtype_from_name(argv[8]);
   const int threads = std::atoi(argv[9]), repeats = argc > 10 ? std::atoi(argv[10]) : 15;
+  const bool huge = argc > 11 && std::strcmp(argv[11], "2m") == 0;
   const int64_t item = dtype == ms_rotary::kFloat32 ? 4 : 2, len = end - start, rows = B * S * N;
 
-  std::vector<unsigned char> dy_storage(rows * D * item + 128), table(2 * S * len * item);
-  unsigned char *dy = dy_storage.data() + (64 - reinterpret_cast<uintptr_t>(dy_storage.data()) % 64) + 16;
-  for (size_t i = 0; i < dy_storage.size() - 128; i += 2) dy[i + 1] = 0x3c;  // ~1.0 in every dtype's top byte
+  const size_t dy_bytes = rows * D * item;
+  std::vector<unsigned char> table(2 * S * len * item);
+  unsigned char *dy = map_bytes(dy_bytes + 16, huge) + 16;
+  for (size_t i = 0; i < dy_bytes; i += 2) dy[i + 1] = 0x3c;  // ~1.0 in every dtype's top byte
   for (size_t i = 0; i < table.size(); i += 2) table[i + 1] = 0x3b;           // ~0.7: cos and sin
   Case c{{dy, nullptr, table.data(), table.data() + S * len * item, {B, S, N, D}, {1, S, 1, len}, {1, S, 1, len},
           dtype, dtype, dtype, mode, start, end, true},
          threads, rows, D * item, start * item, len * item};
 
+  std::vector<unsigned char> other(dy_bytes > (size_t{8} << 20) ? size_t{96} << 20 : 0);
+  const auto evict_caches = [&other] {
+    for (auto &byte : other) ++byte;
+  };
   std::vector<double> kernel, touch, ratio;
   run_kernel(&c);
   run_touch(&c);
   for (int r = 0; r < repeats; ++r) {
+    evict_caches();
     kernel.push_back(seconds_of(run_kernel, &c));
+    evict_caches();
     touch.push_back(seconds_of(run_touch, &c));
     ratio.push_back(kernel.back() / touch.back());
   }
   const double moved = (2.0 * rows * len + 2.0 * S * len) * item, k = median(kernel), t = median(touch);
   std::printf("[%lld,%lld,%lld,%lld] [%lld,%lld) mode %lld %s, %d thread(s): kernel %.3f ms %.1f GB/s, "
-              "%.1f ns/row/thread | same-bytes loop %.3f ms %.1f GB/s | kernel/loop %.2f\n",
+              "%.1f ns/row/thread | same-bytes loop %.3f ms %.1f GB/s | kernel/loop %.2f",
               (long long)B, (long long)S, (long long)N, (long long)D, (long long)start, (long long)end,
               (long long)mode, argv[8], threads, k * 1e3, moved / k / 1e9, k * 1e9 * threads / rows, t * 1e3,
               moved / t / 1e9, median(ratio));
+  if (huge) std::printf(" | in 2 MiB pages: %ld MiB (dy %zu MiB)", anon_huge_kib() / 1024, dy_bytes >> 20);
+  std::printf("\n");
   return 0;
 }

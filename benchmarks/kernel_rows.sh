@@ -21,4 +21,7 @@ run 2 4096 16 192 128 192 3 float32 2
 run 2 4096 16 192 128 192 3 bfloat16 2
 run 1 8192 32 64 0 64 0 float32 2
 run 1 8192 32 1024 0 64 0 float32 2
+echo "D=64 vs D=1024 again, dy in 2 MiB pages (no TLB misses: what is left is DRAM locality)"
+run 1 8192 32 64 0 64 0 float32 2 15 2m
+run 1 8192 32 1024 0 64 0 float32 2 15 2m
 rm -r "$out"

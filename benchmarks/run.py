@@ -9,6 +9,7 @@ Bytes counted are the bytes the op must move: the slice of dy read and written o
 """
 import argparse
 import ctypes
+import functools
 import os
 import statistics
 import subprocess
@@ -34,18 +35,39 @@ RESULTS = os.path.join(HERE, "results")
 NP_DTYPES = {"float32": np.float32, "bfloat16": None}
 
 
-def timed(fn, repeats, warmup=2):
+def timed(fn, repeats, warmup=2, before=None):
     """Median seconds of `repeats` calls (each ends with MindSpore's queue drained)."""
-    for _ in range(warmup):
-        fn()
+    return statistics.median(timed_in_turn({"fn": fn}, repeats, warmup, before)["fn"])
+
+
+def timed_in_turn(fns, repeats, warmup=2, before=None):
+    """Seconds of each call, per name: every round calls each fn once, so the machine's drift hits all alike.
+    `before` runs untimed ahead of every timed call."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     _pynative_executor.sync()
-    samples = []
+    samples = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        _pynative_executor.sync()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for name, fn in fns.items():
+            if before is not None:
+                before()
+            start = time.perf_counter()
+            fn()
+            _pynative_executor.sync()
+            samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+_L3_BYTES = os.sysconf("SC_LEVEL3_CACHE_SIZE") if "SC_LEVEL3_CACHE_SIZE" in os.sysconf_names else 0
+_EVICTION_BUFFER = np.zeros(max(3 * _L3_BYTES, 64 << 20) // 4, np.float32)
+
+
+def evict_caches():
+    """Fill the caches with other dirty data, as the ops before a training step's rotary leave them. Without it
+    a large case's data is partly still in L3 from the previous call (DeepSeek bf16 touches 25 MB of lines, the
+    L3 here is 32 MB) and whichever implementation ran before decides how much."""
+    np.add(_EVICTION_BUFFER, 1.0, out=_EVICTION_BUFFER)
 
 
 # --- the machine's copy bandwidth ---------------------------------------------------------------------------------
@@ -53,11 +75,10 @@ _memcpy = ctypes.CDLL(None).memcpy
 _memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
 
 
-def copy_bandwidth(nbytes, repeats):
-    """GB/s of copying nbytes (read + write = 2*nbytes moved): the best of numpy (1 thread) and memcpy on 2 threads."""
-    src = np.ones(nbytes // 4, np.float32)
+def copy_impls(moved):
+    """Copies moving `moved` bytes (moved/2 read + moved/2 written): numpy (1 thread) and memcpy on 2 threads."""
+    src = np.ones(moved // 8, np.float32)
     dst = np.empty_like(src)
-    one = timed(lambda: np.copyto(dst, src), repeats)
     half = src.nbytes // 2
 
     def two_threads():
@@ -67,8 +88,12 @@ def copy_bandwidth(nbytes, repeats):
             w.start()
         for w in workers:
             w.join()
-    two = timed(two_threads, repeats)
-    return 2 * src.nbytes / min(one, two) / 1e9, 2 * src.nbytes / one / 1e9, 2 * src.nbytes / two / 1e9
+    return {"numpy copy": lambda: np.copyto(dst, src), "2-thread memcpy": two_threads}
+
+
+def copy_bandwidth(moved, repeats):
+    """GB/s of each copy moving `moved` bytes, from memory."""
+    return {name: moved / timed(fn, repeats, before=evict_caches) / 1e9 for name, fn in copy_impls(moved).items()}
 
 
 def load_slice_touch():
@@ -210,24 +235,34 @@ LARGE_CASES = [  # (label, shape, slice, mode, dtype)
 SLICE_TOUCH = None  # set in main(): the compiled slice_touch, or None
 
 
-def benchmark_case(shape, start, end, mode, dtype, repeats, peers=True):
+def benchmark_case(shape, start, end, mode, dtype, repeats, peers=True, copies=False, cold=False):
+    """Median seconds per implementation, and for ms_rotary's companions (the same-bytes loop, with `copies` the
+    copies moving the same bytes) the median over rounds of their time / ms_rotary's: they run in turn with it.
+    With `cold` every call starts from caches full of other data."""
+    before = evict_caches if cold else None
     dy, cos, sin = make_inputs(shape, start, end, dtype)
     nbytes = moved_bytes(shape, start, end, dtype)
-    impls = {"ms_rotary": impl_ms_rotary(mode, start, end)}
+    together = {"ms_rotary": functools.partial(impl_ms_rotary(mode, start, end), dy, cos, sin)}
     if SLICE_TOUCH is not None:
-        impls["same-bytes loop"] = impl_slice_touch(SLICE_TOUCH, start, end)
+        together["same-bytes loop"] = functools.partial(impl_slice_touch(SLICE_TOUCH, start, end), dy, cos, sin)
+    if copies:
+        together.update(copy_impls(nbytes))
+    samples = timed_in_turn(together, repeats, before=before)
+    times = {name: statistics.median(sec) for name, sec in samples.items()}
+    relative = {name: statistics.median(t / ours for t, ours in zip(sec, samples["ms_rotary"]))
+                for name, sec in samples.items()}
     if peers:
-        impls.update({
+        for name, fn in {
             "numpy fallback": impl_numpy(mode, start, end),
             "MindSpore built-ins": impl_mindspore_builtin(mode, start, end, jit=False),
             "MindSpore built-ins ms.jit": impl_mindspore_builtin(mode, start, end, jit=True),
             **torch_impls(mode, start, end),
-        })
-    times = {}
-    for name, fn in impls.items():
-        slow = name in ("numpy fallback", "MindSpore built-ins", "MindSpore built-ins ms.jit", "torch eager")
-        times[name] = timed(lambda fn=fn: fn(dy, cos, sin), max(3, repeats // 4) if slow else repeats)
-    return nbytes, times
+        }.items():
+            slow = name != "torch.compile"
+            times[name] = timed(lambda fn=fn: fn(dy, cos, sin), max(3, repeats // 4) if slow else repeats,
+                                before=before)
+            relative[name] = times[name] / times["ms_rotary"]
+    return nbytes, times, relative
 
 
 def main():
@@ -247,36 +282,38 @@ def main():
         lines.append(line)
 
     big = moved_bytes((4, 4096, 32, 128), 0, 64, "float32")
-    best_copy, copy_1t, copy_2t = copy_bandwidth(big // 2, repeats)
-    emit(f"copy bandwidth (moving {big / 1e6:.0f} MB): numpy copy (1 thread) {copy_1t:.1f} GB/s, memcpy on "
-         f"2 threads {copy_2t:.1f} GB/s")
+    copy_gbs = copy_bandwidth(big, repeats)
+    emit(f"copy bandwidth (moving {big / 1e6:.0f} MB): numpy copy (1 thread) {copy_gbs['numpy copy']:.1f} GB/s, "
+         f"memcpy on 2 threads {copy_gbs['2-thread memcpy']:.1f} GB/s")
     emit()
-    emit("same-bytes loop: the slice bytes of every row read and rewritten in place by the simplest C loop "
-         "(slice_touch.c), threaded like the kernel: what the simplest code gets from this access pattern")
+    emit("% columns: per case, ms_rotary, the copies (moving the same bytes) and the same-bytes loop (the slice bytes "
+         "of every row read and rewritten in place by the simplest C loop, slice_touch.c, threaded like the kernel) "
+         "run in turn, each call starting from caches full of other data; the median over rounds of their time / "
+         "ms_rotary's")
     emit()
     emit("| case | dy shape | slice | mode | dtype | ms_rotary ms | GB/s | % numpy copy | % 2-thread memcpy | "
          "% same-bytes loop | x numpy | x MS built-ins | x MS ms.jit | x torch eager | x torch.compile |")
     emit("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, shape, (start, end), mode, dtype in LARGE_CASES:
-        nbytes, times = benchmark_case(shape, start, end, mode, dtype, repeats)
+        nbytes, times, relative = benchmark_case(shape, start, end, mode, dtype, repeats, copies=True, cold=True)
         ours = times["ms_rotary"]
-        gbs = nbytes / ours / 1e9
 
         def ratio(name):
-            return f"{times[name] / ours:.1f}x" if name in times else "n/a"
+            return f"{relative[name]:.1f}x" if name in relative else "n/a"
 
         def percent_of(name):
-            return f"{100 * times[name] / ours:.0f}%" if name in times else "n/a"
+            return f"{100 * relative[name]:.0f}%" if name in relative else "n/a"
         emit(f"| {label} | {list(shape)} | [{start}, {end}) | {ms_rotary.MODE_NAMES[mode]} | {dtype} | "
-             f"{ours * 1e3:.2f} | {gbs:.1f} | {100 * gbs / copy_1t:.0f}% | {100 * gbs / copy_2t:.0f}% | "
-             f"{percent_of('same-bytes loop')} | {ratio('numpy fallback')} | "
+             f"{ours * 1e3:.2f} | {nbytes / ours / 1e9:.1f} | {percent_of('numpy copy')} | "
+             f"{percent_of('2-thread memcpy')} | {percent_of('same-bytes loop')} | {ratio('numpy fallback')} | "
              f"{ratio('MindSpore built-ins')} | {ratio('MindSpore built-ins ms.jit')} | {ratio('torch eager')} | "
              f"{ratio('torch.compile')} |")
     emit()
 
     # Cost follows the slice, not D.
     emit("cost follows the slice, not D (fp32, half mode, slice [0, 64), B*S*N = 262144):")
-    by_d = {d: benchmark_case((1, 8192, 32, d), 0, 64, 0, "float32", repeats, peers=False)[1] for d in (64, 1024)}
+    by_d = {d: benchmark_case((1, 8192, 32, d), 0, 64, 0, "float32", repeats, peers=False, cold=True)[1]
+            for d in (64, 1024)}
     for name in by_d[64]:
         emit(f"  {name}: D=64 {by_d[64][name] * 1e3:.3f} ms, D=1024 {by_d[1024][name] * 1e3:.3f} ms, "
              f"ratio {by_d[1024][name] / by_d[64][name]:.2f}x" + (" (target <= 1.5x)" if name == "ms_rotary" else ""))
@@ -285,7 +322,8 @@ def main():
     # Threads: the raw kernel with 1 and 2 threads.
     emit("threads (raw kernel through its C entry, fp32 [4, 4096, 32, 128] slice [0, 64)):")
     dy, cos, sin = make_inputs((4, 4096, 32, 128), 0, 64, "float32")
-    thread_times = {t: timed(lambda t=t: impl_raw_kernel(0, 0, 64, t)(dy, cos, sin), repeats) for t in (1, 2)}
+    thread_times = {t: timed(lambda t=t: impl_raw_kernel(0, 0, 64, t)(dy, cos, sin), repeats, before=evict_caches)
+                    for t in (1, 2)}
     for t, sec in thread_times.items():
         emit(f"  {t} thread(s): {sec * 1e3:.2f} ms, {big / sec / 1e9:.1f} GB/s")
     emit(f"  speed-up 2 threads / 1: {thread_times[1] / thread_times[2]:.2f}x")
@@ -312,7 +350,7 @@ def main():
          f"/ queued built-in add: {ours_per_call / queued:.2f}x (target <= 2x)")
     emit()
 
-    sweep(repeats, args.quick, best_copy, emit)
+    sweep(repeats, args.quick, max(copy_gbs.values()), emit)
     with open(os.path.join(RESULTS, "latest.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {os.path.join(RESULTS, 'latest.md')} and {os.path.join(RESULTS, 'bandwidth.png')}")
@@ -329,7 +367,7 @@ def sweep(repeats, quick, best_copy, emit):
     series = {}
     for s in seqs:
         shape = (4, s, 32, 128)
-        nbytes, times = benchmark_case(shape, 0, 64, 0, "float32", max(3, repeats // 2), peers=True)
+        nbytes, times, _ = benchmark_case(shape, 0, 64, 0, "float32", max(3, repeats // 2), peers=True)
         for name, sec in times.items():
             series.setdefault(name, []).append((nbytes / 1e6, nbytes / sec / 1e9))
     plt.figure(figsize=(8, 5))
