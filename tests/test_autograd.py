@@ -35,8 +35,9 @@ def _loss_fn(op):
 
 
 # (dy shape, slice): narrow runs the CPU kernel's single-pair path only; wide (36 pairs, odd start) also
-# runs its 16-pair chunks, where in-place mode 3 stores after rotating and out-of-place stores per chunk.
-GEOMETRIES = {"narrow": (SHAPE, SLICE), "wide": ((2, 3, 2, 80), (3, 75))}
+# runs its 16-pair chunks, where in-place mode 3 stores after rotating and out-of-place stores per chunk;
+# width 64 runs the fixed-width path, which holds in-place mode 3's chunks in registers instead.
+GEOMETRIES = {"narrow": (SHAPE, SLICE), "wide": ((2, 3, 2, 80), (3, 75)), "width 64": ((2, 3, 2, 80), (8, 72))}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -22,7 +22,8 @@ SLICES = {
     "empty": ([6, 6], (6, 6)),
 }
 # A wider head: the CPU kernel rotates a register of pairs at a time (16 on AVX-512), then single pairs
-# (per half in quarter mode); these slices run both paths, from aligned and odd starts.
+# (per half in quarter mode); these slices run both paths, from aligned and odd starts, and 64 lanes its
+# fixed-width path.
 WIDE_SHAPE = (2, 3, 2, 80)
 WIDE_SLICES = {
     "two chunks": ([0, 64], (0, 64)),

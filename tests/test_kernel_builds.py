@@ -28,7 +28,9 @@ def setup_constants(*names):
 KERNEL_SOURCES, BASE_FLAGS = setup_constants("KERNEL_SOURCES", "BASE_FLAGS")
 # name: (compiler flags, CPU flags the build needs)
 BUILDS = {"sse2": (["-march=x86-64"], set()), "avx2": (["-march=haswell"], {"avx2", "f16c", "fma", "bmi2"})}
-GEOMETRIES = {"narrow": ((2, 3, 2, 16), (4, 12)), "wide": ((2, 3, 2, 80), (3, 75))}  # wide: chunks + tail
+# narrow: single pairs; wide: chunks + tail; width 64: the fixed-width path (kFixedLen) of every build
+GEOMETRIES = {"narrow": ((2, 3, 2, 16), (4, 12)), "wide": ((2, 3, 2, 80), (3, 75)),
+              "width 64": ((2, 3, 2, 80), (8, 72))}
 DTYPES = ("float32", "float16", "bfloat16")
 SHAPE = ctypes.c_int64 * 4
 

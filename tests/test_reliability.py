@@ -13,10 +13,11 @@ from reference import rotary_grad
 
 
 # (dy shape, slice, positions set to NaN/inf in dy): narrow runs the CPU kernel's single-pair path, wide
-# (36 pairs) its SIMD chunks too.
+# (36 pairs) its SIMD chunks too, width 64 its fixed-width path.
 NAN_GEOMETRIES = {
     "narrow": ((2, 3, 2, 16), (4, 12), (4, 9)),
     "wide": ((2, 3, 2, 80), (3, 75), (5, 40)),
+    "width 64": ((2, 3, 2, 80), (8, 72), (9, 40)),
 }
 
 

@@ -254,6 +254,34 @@ inline void rotate_slice(const T *src, T *dst, const CosSinLanes &cs, int64_t le
   }
 }
 
+// The common rotary width (DeepSeek's qk_rope_head_dim, GLM's half of 128, NeoX at rotary_pct 0.5) with its
+// length known at compile time: the chunk loop unrolls and an in-place mode 3 row keeps its rotated chunks in
+// registers rather than oa/ob. Same operations in the same order as rotate_slice, so the same bits.
+constexpr int kFixedLen = 64;
+
+template <bool CONJ, Layout IN, Layout OUT, typename T>
+inline void rotate_fixed_slice(const T *src, T *dst, const CosSinLanes &cs) {
+  constexpr int m = kFixedLen / Blocks<IN>::count, per_block = m / 2, chunks = kFixedLen / 2 / kChunk;
+  static_assert(per_block % kChunk == 0, "whole chunks in every block");
+  const bool store_after = IN != OUT && src == dst;
+  Vec ra[chunks], rb[chunks];
+#pragma GCC unroll 8
+  for (int k = 0; k < chunks; ++k) {
+    const int j = k * kChunk, blk = j / per_block, i = j % per_block;
+    Vec ia, ib;
+    load_chunk<IN>(src + blk * m, i, m, ia, ib);
+    rotate<CONJ>(ia, ib, load_vec(cs.ca + j), load_vec(cs.cb + j), load_vec(cs.sa + j), load_vec(cs.sb + j), ra[k],
+                 rb[k]);
+    if (!store_after) store_chunk<OUT>(ra[k], rb[k], dst + blk * m, i, m);
+  }
+  if (!store_after) return;
+#pragma GCC unroll 8
+  for (int k = 0; k < chunks; ++k) {
+    const int j = k * kChunk, blk = j / per_block, i = j % per_block;
+    store_chunk<OUT>(ra[k], rb[k], dst + blk * m, i, m);
+  }
+}
+
 struct Geometry {
   int64_t S, N, D, start, end, len;
   int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // 0 on broadcast axes, in rows
@@ -295,7 +323,11 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
       std::memcpy(dst - g.start, src - g.start, g.start * sizeof(T));
       std::memcpy(dst + g.len, src + g.len, (g.D - g.end) * sizeof(T));
     }
-    rotate_slice<CONJ, in_layout, out_layout>(src, dst, cs, g.len);
+    if (g.len == kFixedLen) {
+      rotate_fixed_slice<CONJ, in_layout, out_layout>(src, dst, cs);
+    } else {
+      rotate_slice<CONJ, in_layout, out_layout>(src, dst, cs, g.len);
+    }
     if (++n == g.N) {
       n = 0;
       if (++srow == g.S) {
