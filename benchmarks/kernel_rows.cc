@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
   std::vector<unsigned char> table(2 * S * len * item);
   unsigned char *dy = map_bytes(dy_bytes + 16, huge) + 16;
   for (size_t i = 0; i < dy_bytes; i += 2) dy[i + 1] = 0x3c;  // ~1.0 in every dtype's top byte
-  for (size_t i = 0; i < table.size(); i += 2) table[i + 1] = 0x3b;           // ~0.7: cos and sin
+  for (size_t i = 0; i < table.size(); i += 2) table[i + 1] = 0x3b;  // ~0.7: cos and sin
   Case c{{dy, nullptr, table.data(), table.data() + S * len * item, {B, S, N, D}, {1, S, 1, len}, {1, S, 1, len},
           dtype, dtype, dtype, mode, start, end, true},
          threads, rows, D * item, start * item, len * item};
