@@ -196,6 +196,14 @@ struct CosSinLanes {
   float ca[kMaxHeadDim / 2], cb[kMaxHeadDim / 2], sa[kMaxHeadDim / 2], sb[kMaxHeadDim / 2];
 };
 
+// Pairs [i, i + kChunk) of an input block (pair numbers from j on) rotated into ra/rb.
+template <bool CONJ, Layout IN, typename T>
+inline void rotate_chunk(const T *block, int64_t i, int64_t m, const CosSinLanes &cs, int64_t j, Vec &ra, Vec &rb) {
+  Vec ia, ib;
+  load_chunk<IN>(block, i, m, ia, ib);
+  rotate<CONJ>(ia, ib, load_vec(cs.ca + j), load_vec(cs.cb + j), load_vec(cs.sa + j), load_vec(cs.sb + j), ra, rb);
+}
+
 template <Layout L, typename U>
 void split_cos_sin(const U *cos, const U *sin, int64_t len, CosSinLanes &cs) {
   const int64_t m = len / Blocks<L>::count;
@@ -224,9 +232,8 @@ inline void rotate_slice(const T *src, T *dst, const CosSinLanes &cs, int64_t le
     int64_t i = 0;
     for (; i < full; i += kChunk) {
       const int64_t j = j0 + i;
-      Vec ia, ib, ra, rb;
-      load_chunk<IN>(in, i, m, ia, ib);
-      rotate<CONJ>(ia, ib, load_vec(cs.ca + j), load_vec(cs.cb + j), load_vec(cs.sa + j), load_vec(cs.sb + j), ra, rb);
+      Vec ra, rb;
+      rotate_chunk<CONJ, IN>(in, i, m, cs, j, ra, rb);
       if (store_after) {
         store_vec(oa + j, ra);
         store_vec(ob + j, rb);
@@ -268,10 +275,7 @@ inline void rotate_fixed_slice(const T *src, T *dst, const CosSinLanes &cs) {
 #pragma GCC unroll 8
   for (int k = 0; k < chunks; ++k) {
     const int j = k * kChunk, blk = j / per_block, i = j % per_block;
-    Vec ia, ib;
-    load_chunk<IN>(src + blk * m, i, m, ia, ib);
-    rotate<CONJ>(ia, ib, load_vec(cs.ca + j), load_vec(cs.cb + j), load_vec(cs.sa + j), load_vec(cs.sb + j), ra[k],
-                 rb[k]);
+    rotate_chunk<CONJ, IN>(src + blk * m, i, m, cs, j, ra[k], rb[k]);
     if (!store_after) store_chunk<OUT>(ra[k], rb[k], dst + blk * m, i, m);
   }
   if (!store_after) return;
