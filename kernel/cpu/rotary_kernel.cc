@@ -303,6 +303,21 @@ inline void prefetch_slice(const void *p, int64_t bytes) {
   __builtin_prefetch(c + bytes - 1, 1, 3);
 }
 
+// In place, rows at most 3x their slice are read whole instead (one load per cache line, before the slice
+// is rotated): the hardware prefetcher streams consecutive lines well, and slices with short gaps between
+// them poorly, so reading the gaps costs less than it saves. DeepSeek bf16 ([2,4096,16,192], [128,192)),
+// from memory: 1.39 -> 0.94x the time of the same-bytes loop; NeoX [4,4096,32,128] [0,64): bf16 1.21 ->
+// 0.81, fp32 1.11 -> 0.79 (kernel_rows). At 4x the extra reads cost as much as they save.
+inline bool reads_whole_rows(const Geometry &g, bool in_place) {
+  return in_place && g.len < g.D && g.D <= 3 * g.len;
+}
+
+inline void read_lines(const void *p, int64_t bytes) {
+  const volatile unsigned char *c = static_cast<const unsigned char *>(p);
+  for (int64_t off = 0; off < bytes; off += 64) c[off];
+  c[bytes - 1];
+}
+
 // Rows [row_begin, row_end) of dy; `out` is dy (in place) or a separate tensor that also gets the lanes
 // outside the slice. flatten: the chunk helpers must inline into the row loop to stay in registers.
 template <int MODE, bool CONJ, typename T, typename U>
@@ -313,6 +328,7 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   CosSinLanes cs;
   int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once
   const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)));
+  const bool whole_rows = reads_whole_rows(g, dy == out);
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t cos_row = b * g.cos_b_stride + srow * g.cos_s_stride + n * g.cos_n_stride;
@@ -322,7 +338,11 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
     }
     const T *src = dy + row * g.D + g.start;
     T *dst = out + row * g.D + g.start;
-    if (row + ahead < row_end) prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
+    if (whole_rows) {
+      read_lines(dy + row * g.D, g.D * sizeof(T));
+    } else if (row + ahead < row_end) {
+      prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
+    }
     if (src != dst) {
       std::memcpy(dst - g.start, src - g.start, g.start * sizeof(T));
       std::memcpy(dst + g.len, src + g.len, (g.D - g.end) * sizeof(T));
