@@ -1,0 +1,64 @@
+// Runs the CPU kernel once in place and once out of place on buffers of exactly the tensors' sizes, so a
+// build with AddressSanitizer stops at any read or write past them (test_kernel_memory.py builds and runs it).
+//   kernel_memcheck dy_dtype cos_dtype mode start end conjugate threads B S N D cb cs cn in_file out_file
+// in_file: dy, cos, sin bytes back to back; out_file gets dy rotated in place, then the out-of-place output.
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "rotary_kernel.h"
+
+namespace {
+
+std::vector<unsigned char> read_part(std::FILE *f, size_t bytes) {
+  std::vector<unsigned char> part(bytes);  // exactly `bytes`: the sanitizer's red zone starts right after
+  if (std::fread(part.data(), 1, bytes, f) != bytes) std::exit(3);
+  return part;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 17) {
+    std::fprintf(stderr, "usage: %s dy_dtype cos_dtype mode start end conjugate threads B S N D cb cs cn in out\n",
+                 argv[0]);
+    return 2;
+  }
+  ms_rotary::RotaryProblem p{};
+  p.dy_dtype = ms_rotary::dtype_from_name(argv[1]);
+  p.cos_dtype = p.sin_dtype = ms_rotary::dtype_from_name(argv[2]);
+  p.rotary_mode = std::atoll(argv[3]);
+  p.start = std::atoll(argv[4]);
+  p.end = std::atoll(argv[5]);
+  p.conjugate = std::atoi(argv[6]) != 0;
+  const int threads = std::atoi(argv[7]);
+  for (int i = 0; i < 4; ++i) p.dy_shape[i] = std::atoll(argv[8 + i]);
+  for (int i = 0; i < 3; ++i) p.cos_shape[i] = p.sin_shape[i] = std::atoll(argv[12 + i]);
+  p.cos_shape[3] = p.sin_shape[3] = p.end - p.start;
+
+  const size_t dy_item = p.dy_dtype == ms_rotary::kFloat32 ? 4 : 2;
+  const size_t cos_item = p.cos_dtype == ms_rotary::kFloat32 ? 4 : 2;
+  const size_t dy_bytes = dy_item * p.dy_shape[0] * p.dy_shape[1] * p.dy_shape[2] * p.dy_shape[3];
+  const size_t cos_bytes = cos_item * p.cos_shape[0] * p.cos_shape[1] * p.cos_shape[2] * p.cos_shape[3];
+  std::FILE *in = std::fopen(argv[15], "rb");
+  if (in == nullptr) return 3;
+  std::vector<unsigned char> dy = read_part(in, dy_bytes), cos = read_part(in, cos_bytes);
+  std::vector<unsigned char> sin = read_part(in, cos_bytes);
+  std::fclose(in);
+  std::vector<unsigned char> source = dy, out(dy_bytes);
+
+  p.cos = cos.data();
+  p.sin = sin.data();
+  p.dy = dy.data();
+  if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 4;
+  p.dy = source.data();
+  p.out = out.data();
+  if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 4;
+
+  std::FILE *result = std::fopen(argv[16], "wb");
+  if (result == nullptr || std::fwrite(dy.data(), 1, dy_bytes, result) != dy_bytes ||
+      std::fwrite(out.data(), 1, dy_bytes, result) != dy_bytes) {
+    return 5;
+  }
+  return std::fclose(result) == 0 ? 0 : 5;
+}
