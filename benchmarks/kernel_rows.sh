@@ -1,6 +1,6 @@
 #!/bin/bash
-# The CPU kernel alone against the same-bytes loop (kernel_rows.cc): per-row cost from cache, and the large
-# shapes of benchmarks/run.py from memory. Usage: bash benchmarks/kernel_rows.sh
+# The CPU kernel alone against the same-bytes loop (kernel_rows.cc): per-row cost from cache, the large shapes
+# of benchmarks/run.py from memory (kernel_ab.py), and the D pair in 2 MiB pages. Usage: bash benchmarks/kernel_rows.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
@@ -13,14 +13,8 @@ for dtype in float32 float16 bfloat16; do
   for mode in 0 1 2; do run 1 64 32 128 0 64 $mode $dtype 1 2000; done
   run 1 64 16 192 128 192 3 $dtype 1 2000
 done
-echo "from memory (2 threads)"
-run 4 4096 32 128 0 64 0 float32 2
-run 4 4096 32 128 0 64 0 bfloat16 2
-run 4 4096 32 128 0 64 1 float32 2
-run 2 4096 16 192 128 192 3 float32 2
-run 2 4096 16 192 128 192 3 bfloat16 2
-run 1 8192 32 64 0 64 0 float32 2
-run 1 8192 32 1024 0 64 0 float32 2
+echo "from memory (2 threads): the large cases"
+python3 benchmarks/kernel_ab.py --rounds 1
 echo "D=64 vs D=1024 again, dy in 2 MiB pages (no TLB misses: what is left is DRAM locality)"
 run 1 8192 32 64 0 64 0 float32 2 15 2m
 run 1 8192 32 1024 0 64 0 float32 2 15 2m

@@ -30,6 +30,7 @@ from ms_rotary import eager, numpy_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from rope_common import plain_rotary, rope_table  # noqa: E402  the same math from MindSpore built-ins
+from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 NP_DTYPES = {"float32": np.float32, "bfloat16": None}
@@ -223,15 +224,6 @@ def torch_impls(mode, start, end):
 
 
 # --- the report ---------------------------------------------------------------------------------------------------------
-LARGE_CASES = [  # (label, shape, slice, mode, dtype)
-    ("GPT-NeoX-like", (4, 4096, 32, 128), (0, 64), 0, "float32"),
-    ("GPT-NeoX-like", (4, 4096, 32, 128), (0, 64), 0, "bfloat16"),
-    ("GLM-like", (4, 4096, 32, 128), (0, 64), 1, "float32"),
-    ("DeepSeek-like", (2, 4096, 16, 192), (128, 192), 3, "float32"),
-    ("DeepSeek-like", (2, 4096, 16, 192), (128, 192), 3, "bfloat16"),
-]
-
-
 SLICE_TOUCH = None  # set in main(): the compiled slice_touch, or None
 
 
@@ -311,12 +303,13 @@ def main():
     emit()
 
     # Cost follows the slice, not D.
-    emit("cost follows the slice, not D (fp32, half mode, slice [0, 64), B*S*N = 262144):")
-    by_d = {d: benchmark_case((1, 8192, 32, d), 0, 64, 0, "float32", repeats, peers=False, cold=True)[1]
-            for d in (64, 1024)}
-    for name in by_d[64]:
-        emit(f"  {name}: D=64 {by_d[64][name] * 1e3:.3f} ms, D=1024 {by_d[1024][name] * 1e3:.3f} ms, "
-             f"ratio {by_d[1024][name] / by_d[64][name]:.2f}x" + (" (target <= 1.5x)" if name == "ms_rotary" else ""))
+    low, high = D_SCALING_DS
+    emit(f"cost follows the slice, not D (fp32, half mode, slice [0, 64), dy {list(D_SCALING_ROWS) + ['D']}):")
+    by_d = {d: benchmark_case(D_SCALING_ROWS + (d,), 0, 64, 0, "float32", repeats, peers=False, cold=True)[1]
+            for d in D_SCALING_DS}
+    for name in by_d[low]:
+        emit(f"  {name}: D={low} {by_d[low][name] * 1e3:.3f} ms, D={high} {by_d[high][name] * 1e3:.3f} ms, "
+             f"ratio {by_d[high][name] / by_d[low][name]:.2f}x" + (" (target <= 1.5x)" if name == "ms_rotary" else ""))
     emit()
 
     # Threads: the raw kernel with 1 and 2 threads.
