@@ -304,7 +304,8 @@ def main():
 
     # Cost follows the slice, not D.
     low, high = D_SCALING_DS
-    emit(f"cost follows the slice, not D (fp32, half mode, slice [0, 64), dy [{', '.join(map(str, D_SCALING_ROWS))}, D]):")
+    rows = ", ".join(map(str, D_SCALING_ROWS))
+    emit(f"cost follows the slice, not D (fp32, half mode, slice [0, 64), dy [{rows}, D]):")
     by_d = {d: benchmark_case(D_SCALING_ROWS + (d,), 0, 64, 0, "float32", repeats, peers=False, cold=True)[1]
             for d in D_SCALING_DS}
     for name in by_d[low]:
