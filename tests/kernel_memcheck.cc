@@ -1,7 +1,8 @@
-// Runs the CPU kernel once in place and once out of place on buffers of exactly the tensors' sizes, so a
-// build with AddressSanitizer stops at any read or write past them (test_kernel_memory.py builds and runs it).
-//   kernel_memcheck dy_dtype cos_dtype mode start end conjugate threads B S N D cb cs cn in_file out_file
-// in_file: dy, cos, sin bytes back to back; out_file gets dy rotated in place, then the out-of-place output.
+// Runs the CPU kernel in place and out of place, on 1 thread and on 2, on buffers of exactly the tensors'
+// sizes, so a build with AddressSanitizer stops at any read or write past them (test_kernel_memory.py).
+//   kernel_memcheck dy_dtype cos_dtype mode start end conjugate B S N D cb cs cn in_file out_file
+// in_file: dy, cos, sin bytes back to back; out_file gets, for 1 then 2 threads, dy rotated in place and then
+// the out-of-place output.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -19,9 +20,8 @@ std::vector<unsigned char> read_part(std::FILE *f, size_t bytes) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 17) {
-    std::fprintf(stderr, "usage: %s dy_dtype cos_dtype mode start end conjugate threads B S N D cb cs cn in out\n",
-                 argv[0]);
+  if (argc != 16) {
+    std::fprintf(stderr, "usage: %s dy_dtype cos_dtype mode start end conjugate B S N D cb cs cn in out\n", argv[0]);
     return 2;
   }
   ms_rotary::RotaryProblem p{};
@@ -31,34 +31,35 @@ int main(int argc, char **argv) {
   p.start = std::atoll(argv[4]);
   p.end = std::atoll(argv[5]);
   p.conjugate = std::atoi(argv[6]) != 0;
-  const int threads = std::atoi(argv[7]);
-  for (int i = 0; i < 4; ++i) p.dy_shape[i] = std::atoll(argv[8 + i]);
-  for (int i = 0; i < 3; ++i) p.cos_shape[i] = p.sin_shape[i] = std::atoll(argv[12 + i]);
+  for (int i = 0; i < 4; ++i) p.dy_shape[i] = std::atoll(argv[7 + i]);
+  for (int i = 0; i < 3; ++i) p.cos_shape[i] = p.sin_shape[i] = std::atoll(argv[11 + i]);
   p.cos_shape[3] = p.sin_shape[3] = p.end - p.start;
 
   const size_t dy_item = p.dy_dtype == ms_rotary::kFloat32 ? 4 : 2;
   const size_t cos_item = p.cos_dtype == ms_rotary::kFloat32 ? 4 : 2;
   const size_t dy_bytes = dy_item * p.dy_shape[0] * p.dy_shape[1] * p.dy_shape[2] * p.dy_shape[3];
   const size_t cos_bytes = cos_item * p.cos_shape[0] * p.cos_shape[1] * p.cos_shape[2] * p.cos_shape[3];
-  std::FILE *in = std::fopen(argv[15], "rb");
+  std::FILE *in = std::fopen(argv[14], "rb");
   if (in == nullptr) return 3;
   std::vector<unsigned char> dy = read_part(in, dy_bytes), cos = read_part(in, cos_bytes);
   std::vector<unsigned char> sin = read_part(in, cos_bytes);
   std::fclose(in);
-  std::vector<unsigned char> source = dy, out(dy_bytes);
-
+  std::FILE *result = std::fopen(argv[15], "wb");
+  if (result == nullptr) return 5;
   p.cos = cos.data();
   p.sin = sin.data();
-  p.dy = dy.data();
-  if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 4;
-  p.dy = source.data();
-  p.out = out.data();
-  if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 4;
-
-  std::FILE *result = std::fopen(argv[16], "wb");
-  if (result == nullptr || std::fwrite(dy.data(), 1, dy_bytes, result) != dy_bytes ||
-      std::fwrite(out.data(), 1, dy_bytes, result) != dy_bytes) {
-    return 5;
+  for (int threads = 1; threads <= 2; ++threads) {
+    std::vector<unsigned char> in_place = dy, out(dy_bytes);
+    p.dy = in_place.data();
+    p.out = nullptr;
+    if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 4;
+    p.dy = dy.data();
+    p.out = out.data();
+    if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 4;
+    if (std::fwrite(in_place.data(), 1, dy_bytes, result) != dy_bytes ||
+        std::fwrite(out.data(), 1, dy_bytes, result) != dy_bytes) {
+      return 5;
+    }
   }
   return std::fclose(result) == 0 ? 0 : 5;
 }

@@ -1,7 +1,9 @@
-"""The CPU kernel stays inside its tensors: built with AddressSanitizer/UBSan and run on buffers of exactly the
-tensors' sizes (tests/kernel_memcheck.cc), on geometries that take each of its row paths, in place and out
-of place, on one thread and two. Its outputs must also be the installed kernel's bits."""
+"""The CPU kernel stays inside its tensors: built with AddressSanitizer/UBSan, for this machine's SIMD width (as
+installed) and for SSE2, and run on buffers of exactly the tensors' sizes (tests/kernel_memcheck.cc), on
+geometries that take each of its row paths, in place and out of place, on one thread and two. Its outputs
+must also be the installed kernel's bits."""
 import os
+import platform
 import shutil
 import subprocess
 
@@ -15,49 +17,52 @@ from test_kernel_builds import DTYPES, bits_of, run
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 # name: (dy shape, slice, cos/sin broadcast shape). The in-place kernel reads rows at most 3x their slice
-# whole (so their last row ends at the buffer's last byte) and prefetches the slices of sparser rows.
+# whole (so their last row ends at the buffer's last byte) and prefetches the slices of sparser rows; slices
+# of 8 pairs are all tail at every SIMD width, 20 and 36 pairs fill 16-pair chunks and leave a tail.
 GEOMETRIES = {
     "rows read whole": ((2, 3, 2, 24), (8, 24), (1, 3, 1)),
     "rows 3x the slice": ((2, 3, 2, 48), (32, 48), (2, 3, 2)),
-    "slices prefetched": ((2, 5, 2, 80), (4, 20), (1, 5, 1)),
-    "64-lane slice, whole rows": ((1, 4, 3, 96), (32, 96), (1, 4, 1)),
+    "chunks and a tail, rows read whole": ((2, 3, 2, 104), (2, 74), (1, 3, 1)),
+    "chunks and a tail, slices prefetched": ((2, 5, 2, 160), (4, 44), (1, 5, 1)),
+    "64-lane slice, rows read whole": ((1, 4, 3, 96), (32, 96), (1, 4, 1)),
     "slice = row": ((2, 3, 2, 16), (0, 16), (2, 1, 1)),
 }
+
+# SIMD width: the installed build's (setup.py builds with -march=native) and, on x86-64, the narrowest.
+ARCHES = ["-march=native"] + (["-march=x86-64"] if platform.machine() == "x86_64" else [])
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the checked kernel")
 
 
-@pytest.fixture(scope="module")
-def memcheck(tmp_path_factory):
+@pytest.fixture(scope="module", params=ARCHES)
+def memcheck(request, tmp_path_factory):
     binary = str(tmp_path_factory.mktemp("kernel_memcheck") / "kernel_memcheck")
     kernel_dir = os.path.join(ROOT, "kernel", "cpu")
-    subprocess.run(["g++", "-std=c++17", "-pthread", "-ffp-contract=off", *SANITIZE, "-I", kernel_dir,
+    subprocess.run(["g++", "-std=c++17", "-pthread", "-ffp-contract=off", *SANITIZE, request.param, "-I", kernel_dir,
                     os.path.join(ROOT, "tests", "kernel_memcheck.cc"), os.path.join(kernel_dir, "rotary_kernel.cc"),
                     "-o", binary], check=True)
     return binary
 
 
-@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("geometry", GEOMETRIES)
 @pytest.mark.parametrize("conjugate", [True, False], ids=["grad", "forward"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", range(4))
-def test_kernel_stays_inside_its_buffers(memcheck, tmp_path, mode, dtype, conjugate, geometry, threads):
+def test_kernel_stays_inside_its_buffers(memcheck, tmp_path, mode, dtype, conjugate, geometry):
     shape, (start, end), cos_axes = GEOMETRIES[geometry]
     rng = np.random.default_rng(mode)
     dy = bits_of(rng.uniform(-2, 2, shape), dtype)
     cos = bits_of(rng.uniform(-1, 1, cos_axes + (end - start,)), dtype)
     sin = bits_of(rng.uniform(-1, 1, cos_axes + (end - start,)), dtype)
     (tmp_path / "in").write_bytes(dy.tobytes() + cos.tobytes() + sin.tobytes())
-    args = [dtype, dtype, mode, start, end, int(conjugate), threads, *shape, *cos_axes, tmp_path / "in",
-            tmp_path / "out"]
+    args = [dtype, dtype, mode, start, end, int(conjugate), *shape, *cos_axes, tmp_path / "in", tmp_path / "out"]
     checked = subprocess.run([memcheck, *map(str, args)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr[-3000:]
 
     expected = dy.copy()
     run(eager._kernel_entry(ms_rotary.compiled_kernel_path()), expected, cos, sin, (dtype, dtype), mode, start, end,
         conjugate)
-    outputs = np.frombuffer((tmp_path / "out").read_bytes(), dtype=dy.dtype).reshape((2,) + shape)
-    np.testing.assert_array_equal(outputs[0], expected)  # in place
-    np.testing.assert_array_equal(outputs[1], expected)  # out of place
+    outputs = np.frombuffer((tmp_path / "out").read_bytes(), dtype=dy.dtype).reshape((4,) + shape)
+    for output in outputs:  # in place and out of place, on 1 thread and on 2
+        np.testing.assert_array_equal(output, expected)
     assert not np.array_equal(expected, dy)
