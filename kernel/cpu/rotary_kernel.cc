@@ -306,13 +306,13 @@ inline void prefetch_slice(const void *p, int64_t bytes) {
 // In place, rows at most 3x their slice are read whole instead (one load per cache line, before the slice
 // is rotated): the hardware prefetcher streams consecutive lines well, and slices with short gaps between
 // them poorly, so reading the gaps costs less than it saves. DeepSeek bf16 ([2,4096,16,192], [128,192)),
-// from memory: 1.39 -> 0.94x the time of the same-bytes loop; NeoX [4,4096,32,128] [0,64): bf16 1.21 ->
-// 0.81, fp32 1.11 -> 0.79 (benchmarks/kernel_ab.py). At 4x the extra reads cost as much as they save.
+// from memory: 1.56 -> 0.83x the time of the same-bytes loop; NeoX [4,4096,32,128] [0,64): bf16 1.41 ->
+// 0.81, fp32 1.19 -> 0.90 (benchmarks/kernel_ab.py). At 4x the extra reads cost as much as they save.
 inline bool reads_whole_rows(const Geometry &g, bool in_place) {
   return in_place && g.len < g.D && g.D <= 3 * g.len;
 }
 
-inline void read_lines(const void *p, int64_t bytes) {
+inline void read_lines(const void *p, int64_t bytes) {  // volatile: loads whose values go unused
   const volatile unsigned char *c = static_cast<const unsigned char *>(p);
   for (int64_t off = 0; off < bytes; off += 64) c[off];
   c[bytes - 1];
