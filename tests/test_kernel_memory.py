@@ -12,10 +12,13 @@ import pytest
 
 import ms_rotary
 from ms_rotary import eager
-from test_kernel_builds import DTYPES, bits_of, run
+from test_kernel_builds import BASE_FLAGS, DTYPES, bits_of, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+# setup.py's flags for the kernel (language, threads, no FMA contraction, ABI), minus those of an optimised
+# shared library: the checked build is a sanitized program.
+PROGRAM_FLAGS = [flag for flag in BASE_FLAGS if flag not in ("-O3", "-shared", "-fPIC")]
 # name: (dy shape, slice, cos/sin broadcast shape). The in-place kernel reads rows at most 3x their slice
 # whole (so their last row ends at the buffer's last byte) and prefetches the slices of sparser rows; slices
 # of 8 pairs are all tail at every SIMD width, 20 and 36 pairs fill 16-pair chunks and leave a tail.
@@ -38,7 +41,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ t
 def memcheck(request, tmp_path_factory):
     binary = str(tmp_path_factory.mktemp("kernel_memcheck") / "kernel_memcheck")
     kernel_dir = os.path.join(ROOT, "kernel", "cpu")
-    subprocess.run(["g++", "-std=c++17", "-pthread", "-ffp-contract=off", *SANITIZE, request.param, "-I", kernel_dir,
+    subprocess.run(["g++", *PROGRAM_FLAGS, *SANITIZE, request.param, "-I", kernel_dir,
                     os.path.join(ROOT, "tests", "kernel_memcheck.cc"), os.path.join(kernel_dir, "rotary_kernel.cc"),
                     "-o", binary], check=True)
     return binary
