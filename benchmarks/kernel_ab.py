@@ -22,13 +22,10 @@ CASES.update({f"D={d} fp32": (D_SCALING_ROWS + (d,), (0, 64), 0, "float32") for 
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-pthread"]
 
 
-def build(kernel_dir, out_dir, name):
-    subprocess.run(["cc", "-O3", "-march=native", "-c", os.path.join(ROOT, "benchmarks", "slice_touch.c"), "-o",
-                    os.path.join(out_dir, "slice_touch.o")], check=True)
+def build(kernel_dir, slice_touch, out_dir, name):
     binary = os.path.join(out_dir, name)
     subprocess.run(["g++", *FLAGS, "-I", kernel_dir, os.path.join(ROOT, "benchmarks", "kernel_rows.cc"),
-                    os.path.join(kernel_dir, "rotary_kernel.cc"), os.path.join(out_dir, "slice_touch.o"), "-o",
-                    binary], check=True)
+                    os.path.join(kernel_dir, "rotary_kernel.cc"), slice_touch, "-o", binary], check=True)
     return binary
 
 
@@ -49,9 +46,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as out_dir:
-        builds = {"working tree": build(os.path.join(ROOT, "kernel", "cpu"), out_dir, "kernel_rows_tree")}
+        slice_touch = os.path.join(out_dir, "slice_touch.o")  # the loop: the same object in every build
+        subprocess.run(["cc", "-O3", "-march=native", "-c", os.path.join(ROOT, "benchmarks", "slice_touch.c"), "-o",
+                        slice_touch], check=True)
+        builds = {"working tree": build(os.path.join(ROOT, "kernel", "cpu"), slice_touch, out_dir, "kernel_rows_tree")}
         if args.against:
-            builds[args.against] = build(kernel_at(args.against, out_dir), out_dir, "kernel_rows_rev")
+            builds[args.against] = build(kernel_at(args.against, out_dir), slice_touch, out_dir, "kernel_rows_rev")
         ratios = {(case, name): [] for case in CASES for name in builds}
         millis = {(case, name): [] for case in CASES for name in builds}
         for _ in range(args.rounds):
