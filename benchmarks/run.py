@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from mindspore.graph.api import _pynative_executor
 
 import ms_rotary
-from ms_rotary import eager, numpy_kernel
+from ms_rotary import library, numpy_kernel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
@@ -145,13 +145,12 @@ def impl_ms_rotary(mode, start, end):
 
 
 def impl_raw_kernel(mode, start, end, threads):
-    entry = eager._kernel_entry(ms_rotary.compiled_kernel_path())
-    shape4 = ctypes.c_int64 * 4
+    kernel = library.load(ms_rotary.compiled_kernel_path())
 
     def run(dy, cos, sin):
-        name = str(dy.dtype).lower().encode()
-        entry(dy.data_ptr(), None, cos.data_ptr(), sin.data_ptr(), shape4(*dy.shape), shape4(*cos.shape),
-              shape4(*sin.shape), name, name, name, mode, start, end, 1, threads)
+        name = str(dy.dtype).lower()
+        kernel.rotate(dy.data_ptr(), None, cos.data_ptr(), sin.data_ptr(), dy.shape, cos.shape, sin.shape, name, name,
+                      name, mode, start, end, True, threads)
     return run
 
 
@@ -332,7 +331,7 @@ def main():
         "ms_rotary InplacePartialRotaryMulGrad": lambda: op(tiny, tcos, tsin),
         "MindSpore built-in add (tiny)": lambda: tiny + tiny,
         "MindSpore built-in add (tiny), 100 queued per sync": lambda: [tiny + tiny for _ in range(100)],
-        "the registered ops.Custom AOT, called in PyNative": lambda: op.kernel.construct(tiny, tcos, tsin),
+        "the registered ops.Custom AOT, called in PyNative": lambda: op.kernel.prim(tiny, tcos, tsin),
     }
     overhead = {}
     for name, fn in per_call.items():

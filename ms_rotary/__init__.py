@@ -1,7 +1,7 @@
 """ms_rotary: partial rotary position embedding (RoPE) for MindSpore, forward and backward, all four modes."""
 from .backend import ENV_VAR as BACKEND_ENV_VAR
-from .backend import compiled_kernel_path
 from .constraints import MAX_HEAD_DIM
+from .library import compiled_kernel_path
 from .modes import MODE_NAMES
 from .ops import InplacePartialRotaryMul, InplacePartialRotaryMulGrad, PartialRotaryMul, partial_rotary_mul
 

@@ -2,16 +2,12 @@
 import os
 import warnings
 
+from . import library
+
 ENV_VAR = "MS_ROTARY_BACKEND"  # "aot" (default) or "pyfunc"
 BACKENDS = ("aot", "pyfunc")
-LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
 
 _warned = False
-
-
-def compiled_kernel_path():
-    """The compiled kernel's path, or None when the package was installed without it."""
-    return LIB_PATH if os.path.isfile(LIB_PATH) else None
 
 
 def choose_backend(requested=None, device_target="CPU"):
@@ -25,9 +21,9 @@ def choose_backend(requested=None, device_target="CPU"):
         raise ValueError(f"ms_rotary: {source}={backend!r} is not a backend; use one of {list(BACKENDS)}")
     if backend == "aot" and device_target == "Ascend":
         return "ascend"
-    if backend == "aot" and compiled_kernel_path() is None:
+    if backend == "aot" and library.compiled_kernel_path() is None:
         if not _warned:
-            warnings.warn(f"ms_rotary: compiled CPU kernel not found at {LIB_PATH}; using the numpy fallback "
+            warnings.warn(f"ms_rotary: compiled CPU kernel not found at {library.LIB_PATH}; using the numpy fallback "
                           f"(slower). Reinstall with `pip install .` to build it.", RuntimeWarning, stacklevel=3)
             _warned = True
         return "pyfunc"

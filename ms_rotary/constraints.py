@@ -1,6 +1,7 @@
 """Every input rule of the operator, in one place. Each broken rule raises ValueError/TypeError naming the
 argument, the value and the rule, before any kernel runs. Used by the infer functions (both modes) and
 by the eager entry (rules only a live tensor can show: type, contiguity, aliasing)."""
+import math
 import numbers
 
 import mindspore as ms
@@ -9,6 +10,7 @@ from .modes import MODE_NAMES
 
 MAX_HEAD_DIM = 1024
 FLOAT_DTYPES = (ms.float32, ms.float16, ms.bfloat16)
+INT64_MAX = 2**63 - 1  # partial_slice values and tensor byte counts travel as int64
 _PREFIX = "ms_rotary"
 
 
@@ -29,11 +31,12 @@ def normalize_mode(rotary_mode):
 
 
 def normalize_slice(partial_slice):
-    """None (meaning [0, cos.shape[-1]]) or a pair of ints -> None or (start, end)."""
+    """None (meaning [0, cos.shape[-1]]) or a list/tuple of two ints -> None or (start, end)."""
     if partial_slice is None:
         return None
-    if isinstance(partial_slice, (str, bytes)) or not hasattr(partial_slice, "__len__") or len(partial_slice) != 2:
-        raise TypeError(f"{_PREFIX}: partial_slice must be None or [start, end], got {partial_slice!r}")
+    if not isinstance(partial_slice, (list, tuple)) or len(partial_slice) != 2:
+        raise TypeError(f"{_PREFIX}: partial_slice must be None or [start, end] (a list or tuple of two ints), "
+                        f"got {partial_slice!r}")
     for value in partial_slice:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"{_PREFIX}: partial_slice={list(partial_slice)!r} must hold ints, "
@@ -41,6 +44,9 @@ def normalize_slice(partial_slice):
     start, end = int(partial_slice[0]), int(partial_slice[1])
     if start < 0 or end < start:
         raise ValueError(f"{_PREFIX}: partial_slice=[{start}, {end}] is invalid; need 0 <= start <= end")
+    if end > INT64_MAX:
+        raise ValueError(f"{_PREFIX}: partial_slice=[{start}, {end}] is out of range; values must fit in int64 "
+                         f"(and end <= D <= {MAX_HEAD_DIM} at call time)")
     return start, end
 
 
@@ -57,7 +63,9 @@ def resolve_slice(partial_slice, cos_shape):
 
 
 def check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_name="dy"):
-    """Checks the shape rules; returns the resolved (start, end)."""
+    """Checks the shape rules; returns the resolved (start, end). Empty work wins over the rules that only
+    matter when there is something to rotate (D limit, slice divisibility, broadcast, cos/sin length), as in
+    CANN's tiling; rank, static dims, cos == sin and the slice range always apply."""
     dy_shape, cos_shape, sin_shape = tuple(dy_shape), tuple(cos_shape), tuple(sin_shape)
     for name, shape in ((dy_name, dy_shape), ("cos", cos_shape), ("sin", sin_shape)):
         if len(shape) != 4:
@@ -65,27 +73,29 @@ def check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_
         if any(dim < 0 for dim in shape):
             raise ValueError(f"{_PREFIX}: {name} has an unknown (dynamic) dimension in shape {shape}; "
                              f"this op needs static shapes")
-    head_dim = dy_shape[3]
-    if head_dim > MAX_HEAD_DIM:
-        raise ValueError(f"{_PREFIX}: {dy_name}.shape[-1]={head_dim} exceeds the supported maximum D <= {MAX_HEAD_DIM}")
+        if math.prod(shape) > INT64_MAX // 4:
+            raise ValueError(f"{_PREFIX}: {name} shape {shape} has more elements than int64 byte offsets can address")
     if cos_shape != sin_shape:
         raise ValueError(f"{_PREFIX}: cos and sin must have identical shapes, got cos {cos_shape} and sin {sin_shape}")
+    head_dim = dy_shape[3]
     start, end = resolve_slice(partial_slice, cos_shape)
     if not 0 <= start <= end <= head_dim:
         raise ValueError(f"{_PREFIX}: partial_slice=[{start}, {end}] is out of range; "
                          f"need 0 <= start <= end <= D={head_dim}")
+    if is_empty_work(dy_shape, cos_shape, start, end):
+        return start, end
+    if head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"{_PREFIX}: {dy_name}.shape[-1]={head_dim} exceeds the supported maximum D <= {MAX_HEAD_DIM}")
     length = end - start
     multiple = 4 if rotary_mode == 2 else 2
     if length % multiple:
         raise ValueError(f"{_PREFIX}: partial_slice=[{start}, {end}] has length {length}, which rotary_mode="
                          f"{rotary_mode} ({MODE_NAMES[rotary_mode]}) needs divisible by {multiple}")
-    if 0 in cos_shape:
-        return start, end  # empty work (SPEC): a zero-sized cos/sin makes the call a no-op
     for axis, axis_name in enumerate("BSN"):
         if cos_shape[axis] not in (1, dy_shape[axis]):
             raise ValueError(f"{_PREFIX}: cos/sin shape {cos_shape} does not broadcast to {dy_name} shape {dy_shape}: "
                              f"axis {axis_name} is {cos_shape[axis]}, must be 1 or {dy_shape[axis]}")
-    if length > 0 and cos_shape[3] != length:
+    if cos_shape[3] != length:
         raise ValueError(f"{_PREFIX}: cos/sin last dim is {cos_shape[3]} but partial_slice=[{start}, {end}] "
                          f"has length {length}; they must be equal")
     return start, end

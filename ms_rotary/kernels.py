@@ -1,22 +1,75 @@
-"""One rotary kernel call as a Cell: infer functions, registration and the chosen backend side by side.
+"""One kernel call (a RotaryCall) on one target, as a Cell. Each target is one class that owns its primitive
+(graph mode, ms.jit), its graph-mode tail and its eager call (PyNative on CPU):
 
-Every backend takes (dy, cos, sin) and returns dy with its slice rotated, either written into dy (in place)
-or into a new tensor. "aot" runs kernel/cpu (in place it reads and writes only the slice); "pyfunc" runs
-numpy_kernel.rotate out of place and, in place, copies the result back into dy; on an Ascend device the
-same call runs the Ascend C kernel (kernel/ascend), which writes in place (out of place: into a clone)."""
+  CpuKernel     kernel/cpu through ops.Custom(func_type="aot"); eagerly through ctypes on the tensors' memory
+  NumpyKernel   numpy_kernel through ops.Custom(func_type="pyfunc"); eagerly on the tensors' memory
+  AscendKernel  kernel/ascend through ops.Custom(func_type="aot", target Ascend)
+
+Traced (construct), every target computes out of place; an in-place call writes the result back with
+MindSpore's own InplaceCopy (functions.InPlaceRotary), whose ordering of reads, views and autograd around
+the write MindSpore knows, and it does not for a custom op (a slice of x read before a custom in-place
+write saw the write). Eagerly, an in-place call writes x's memory itself.
+
+Eager calls bypass ops.Custom: MindSpore 2.10's PyNative ops.Custom hands an AOT kernel a private copy of
+any view tensor (reshape, view and slicing outputs, e.g. q after a linear layer), so an in-place write there
+would be lost; it also costs ~100 us a call. The eager kernel writes through Tensor.data_ptr() after
+MindSpore's async op queue has drained, so earlier reads of dy see the old values and later ops the new."""
+import ctypes
+import functools
+
 import mindspore as ms
-from mindspore import nn, ops
-from mindspore.ops.auto_generate import Clone, InplaceCopy
+import numpy as np
+from mindspore import context, mint, nn, ops
+from mindspore.graph.api import _pynative_executor
+from mindspore.graph.jit_context import jit_context
 from mindspore.ops import signature as sig
+from mindspore.ops.auto_generate import Clone
 
-from . import eager, numpy_kernel
-from .backend import choose_backend, compiled_kernel_path
-from .constraints import check_dtypes, check_shapes, element_dtype, resolve_slice
+from . import library, numpy_kernel
+from .constraints import check_dtypes, check_shapes, element_dtype, is_empty_work, require_contiguous, resolve_slice
+
+DTYPE_NAMES = {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}
+_HOST_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": numpy_kernel.BF16_BITS}
 
 
-class _InPlaceCustom(ops.Custom):
-    """An ops.Custom that writes its first input: RW_WRITE plus side_effect_mem make graph mode keep
-    reads of dy before the call before it, and reads after it after it."""
+def is_eager(device_target):
+    """True when a call runs now, on host memory, rather than being traced into a graph."""
+    return device_target == "CPU" and context._get_mode() == ms.PYNATIVE_MODE and jit_context() is None
+
+
+@functools.lru_cache(maxsize=256)
+def checked_slice(rotary_mode, partial_slice, dy_name, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype,
+                  sin_dtype):
+    """The constraint checks, remembered per signature (a training loop repeats a few): ~4 us -> ~0.3 us.
+    A failing check raises, and lru_cache does not remember raised calls."""
+    check_dtypes(dy_dtype, cos_dtype, sin_dtype, dy_name)
+    return check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_name)
+
+
+CONSTANT_TARGET_ERROR = (
+    "ms_rotary: {name} is a compile-time constant in this graph (made by ops.ones/zeros/fill/ones_like or a "
+    "Tensor captured from outside the graph), which MindSpore folds into the graph, so an in-place write to it "
+    "would be lost (MindSpore's own Tensor.copy_ loses it too). Compute it from a graph input (e.g. x * 0 + 1), "
+    "hold it in a Parameter, or use the out-of-place op.")
+
+
+class _CheckedCustom(ops.Custom):
+    """ops.Custom whose first input, when the call writes it back in place, must not be a constant."""
+
+    def __init__(self, *args, refuse_constant_input=False, input_name="dy", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.refuse_constant_input = refuse_constant_input
+        self.input_name = input_name
+
+    def __infer__(self, *args):
+        if self.refuse_constant_input and args[0].get("value") is not None:
+            raise ValueError(CONSTANT_TARGET_ERROR.format(name=self.input_name))
+        return super().__infer__(*args)
+
+
+class _WritesFirstInput(ops.Custom):
+    """An ops.Custom whose kernel writes its first input: RW_WRITE plus side_effect_mem keep the graph's
+    reads of it before and after the call in order."""
     __mindspore_signature__ = (sig.make_sig("dy", sig.sig_rw.RW_WRITE), sig.make_sig("cos"), sig.make_sig("sin"))
 
     def __init__(self, *args, **kwargs):
@@ -24,85 +77,184 @@ class _InPlaceCustom(ops.Custom):
         self.add_prim_attr("side_effect_mem", True)
 
 
-def _infer_functions(rotary_mode, partial_slice, returns_token, dy_name, bf16_as_float32=False):
+def alias_after_write(dy, written):
+    """dy, ordered after the op `written` that wrote it: what an in-place call returns in a graph. A no-op
+    reshape makes it a new node: returning the written tensor itself from a network wrapped by
+    ms.amp.auto_mixed_precision O2/O3 makes MindSpore 2.10 report a graph cycle (with its own InplaceCopy
+    too). Not for bf16: MindSpore then copies a graph input returned this way with TensorMove, which has no
+    bf16 kernel on CPU."""
+    aliased = ops.depend(dy, written)
+    if dy.dtype == ms.bfloat16:
+        return aliased
+    return ops.reshape(aliased, dy.shape)
+
+
+def _infer_functions(call, bf16_as_float32=False):
     """out_shape/out_dtype callables; they check every rule, so bad input fails before a kernel runs."""
 
     def infer_shape(dy_shape, cos_shape, sin_shape):
-        check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_name)
-        return [1] if returns_token else list(dy_shape)
+        check_shapes(dy_shape, cos_shape, sin_shape, call.rotary_mode, call.partial_slice, call.input_name)
+        return list(dy_shape)
 
     def infer_dtype(dy_dtype, cos_dtype, sin_dtype):
-        check_dtypes(dy_dtype, cos_dtype, sin_dtype, dy_name)
-        if returns_token:
-            return ms.int32
+        check_dtypes(dy_dtype, cos_dtype, sin_dtype, call.input_name)
         return ms.float32 if bf16_as_float32 and element_dtype(dy_dtype) == ms.bfloat16 else dy_dtype
 
     return infer_shape, infer_dtype
 
 
-def _numpy_compute(rotary_mode, partial_slice, conjugate):
-    def compute(dy, cos, sin):
-        start, end = resolve_slice(partial_slice, cos.shape)
-        return numpy_kernel.rotate(dy, cos, sin, rotary_mode, start, end, conjugate, keep_float32=True)
-
-    return compute
-
-
 class RotaryKernel(nn.Cell):
-    """dy -> dy rotated on partial_slice (conjugate=True: the backward), in place or out of place.
-    Eager calls run in eager.py; traced calls (GRAPH_MODE, ms.jit) run the ops.Custom below."""
+    """dy -> dy rotated on the call's slice. Eagerly written into dy (in place) or into a new tensor; traced
+    always into a new tensor. Subclasses give `construct` (traced) and `rotate_now`/`cos_sin_grads_now`
+    (eager)."""
 
-    def __init__(self, rotary_mode, partial_slice, conjugate, in_place, backend=None, dy_name="dy"):
+    def __init__(self, call):
         super().__init__()
+        self.call = call
         self.device_target = ms.get_context("device_target")  # read once: it costs ~20 us
-        self.backend = choose_backend(backend, self.device_target)
-        self.rotary_mode = rotary_mode
-        self.partial_slice = partial_slice
-        self.conjugate = conjugate
-        self.in_place = in_place
-        self.dy_name = dy_name
-        self.lib_path = compiled_kernel_path()
-        self.num_threads = 0  # automatic, or $MS_ROTARY_NUM_THREADS (read by the library)
-        self.copy_back = in_place and self.backend == "pyfunc"
-        if self.backend == "ascend":
-            from .op_info import ascend as ascend_op_info
 
-            op_name = ascend_op_info.OP_NAMES[conjugate]
-            infer_shape, infer_dtype = _infer_functions(rotary_mode, partial_slice, False, dy_name)
-            self.prim = _InPlaceCustom(op_name, infer_shape, infer_dtype, func_type="aot",
-                                       reg_info=ascend_op_info.reg_info(op_name, rotary_mode, partial_slice))
-            self.clone = Clone()
-        elif self.backend == "aot":
-            from .op_info import cpu as cpu_op_info  # installed beside the compiled kernel
-
-            entry = cpu_op_info.entry_name(conjugate, in_place)
-            custom = _InPlaceCustom if in_place else ops.Custom
-            infer_shape, infer_dtype = _infer_functions(rotary_mode, partial_slice, in_place, dy_name)
-            self.prim = custom(f"{compiled_kernel_path()}:{entry}", infer_shape, infer_dtype, func_type="aot",
-                               reg_info=cpu_op_info.reg_info(entry, rotary_mode, partial_slice))
-        else:
-            # MindSpore cannot take a bf16 numpy array back from a pyfunc: bf16 results leave numpy as
-            # unrounded fp32 and are rounded once by the cast (or copy) below.
-            infer_shape, infer_dtype = _infer_functions(rotary_mode, partial_slice, False, dy_name,
-                                                        bf16_as_float32=True)
-            self.prim = ops.Custom(_numpy_compute(rotary_mode, partial_slice, conjugate), infer_shape, infer_dtype,
-                                   func_type="pyfunc")
-            self.inplace_copy = InplaceCopy()
+    def _custom(self, func, func_type, bf16_as_float32=False, **kwargs):
+        """The target's traced primitive; it refuses a constant dy when the result is written back into it."""
+        infer_shape, infer_dtype = _infer_functions(self.call, bf16_as_float32)
+        return _CheckedCustom(func, infer_shape, infer_dtype, func_type=func_type,
+                              refuse_constant_input=self.call.in_place, input_name=self.call.input_name, **kwargs)
 
     def __call__(self, dy, cos, sin):
-        if eager.is_eager(self.device_target):
-            return eager.run(self, dy, cos, sin)
+        if is_eager(self.device_target):
+            return self.run_eager(dy, cos, sin)
         return super().__call__(dy, cos, sin)
 
-    def construct(self, dy, cos, sin):
-        if self.backend == "ascend":  # the kernel writes into its first input
-            target = dy if self.in_place else self.clone(dy)
-            return ops.depend(target, self.prim(target, cos, sin))
-        out = self.prim(dy, cos, sin)
-        if self.copy_back:
-            return self.inplace_copy(dy, out)
-        if self.in_place:
-            return ops.depend(dy, out)
-        if self.backend == "pyfunc" and dy.dtype == ms.bfloat16:
-            return out.astype(ms.bfloat16)
+    def run_eager(self, dy, cos, sin):
+        """One call on live tensors; returns dy (in place) or a new tensor."""
+        call = self.call
+        start, end = checked_slice(call.rotary_mode, call.partial_slice, call.input_name, tuple(dy.shape),
+                                   tuple(cos.shape), tuple(sin.shape), dy.dtype, cos.dtype, sin.dtype)
+        if call.in_place:
+            require_contiguous(dy, call.input_name)
+        if is_empty_work(dy.shape, cos.shape, start, end):
+            return dy if call.in_place else dy.copy()
+        src = dy if call.in_place else dy.contiguous()
+        out = dy if call.in_place else mint.empty_like(src)
+        cos, sin = cos.contiguous(), sin.contiguous()
+        _pynative_executor.sync()  # ops queued before this call have read (or written) their inputs
+        self.rotate_now(src, out, cos, sin, start, end)
         return out
+
+    def eager_cos_sin_grads(self, y_part, x_part, cos):
+        """dcos, dsin (cos's shape and dtype) of this call's rotation from the rotated slices: y_part in y's
+        lane layout, x_part in x's (functions.RotaryBackward picks them), both [B, S, N, L]."""
+        if 0 in tuple(cos.shape):
+            return ops.zeros_like(cos), ops.zeros_like(cos)
+        length = y_part.shape[-1]
+        if is_empty_work(y_part.shape, cos.shape, 0, length):
+            return ops.zeros_like(cos), ops.zeros_like(cos)
+        y_part, x_part = y_part.astype(x_part.dtype).contiguous(), x_part.contiguous()
+        dcos, dsin = mint.empty(cos.shape, dtype=cos.dtype), mint.empty(cos.shape, dtype=cos.dtype)
+        _pynative_executor.sync()
+        self.cos_sin_grads_now(y_part, x_part, dcos, dsin, length)
+        return dcos, dsin
+
+
+class CpuKernel(RotaryKernel):
+    """kernel/cpu: in place it reads and writes only the slice of each row."""
+
+    def __init__(self, call):
+        super().__init__(call)
+        from .op_info import cpu as cpu_op_info  # installed beside the compiled kernel
+
+        entry = cpu_op_info.ENTRIES[call.conjugate]
+        self.prim = self._custom(f"{library.compiled_kernel_path()}:{entry}", "aot",
+                                 reg_info=cpu_op_info.reg_info(entry, call.rotary_mode, call.partial_slice))
+
+    def construct(self, dy, cos, sin):
+        return self.prim(dy, cos, sin)
+
+    def rotate_now(self, src, out, cos, sin, start, end):
+        call = self.call
+        status = library.load().rotate(
+            src.data_ptr(), None if call.in_place else out.data_ptr(), cos.data_ptr(), sin.data_ptr(), src.shape,
+            cos.shape, sin.shape, DTYPE_NAMES[element_dtype(src.dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
+            DTYPE_NAMES[element_dtype(sin.dtype)], call.rotary_mode, start, end, call.conjugate)
+        library.raise_for_status(status)
+
+    def cos_sin_grads_now(self, y_part, x_part, dcos, dsin, length):
+        status = library.load().cos_sin_grad(
+            y_part.data_ptr(), x_part.data_ptr(), dcos.data_ptr(), dsin.data_ptr(), y_part.shape, dcos.shape,
+            DTYPE_NAMES[element_dtype(y_part.dtype)], DTYPE_NAMES[element_dtype(dcos.dtype)], self.call.rotary_mode,
+            0, length)
+        library.raise_for_status(status)
+
+
+def _host_array(tensor):
+    """A numpy array over a contiguous tensor's own memory (bf16 as its uint16 bits): reads and writes
+    go straight to the tensor."""
+    dtype = np.dtype(_HOST_DTYPES[DTYPE_NAMES[element_dtype(tensor.dtype)]])
+    if tensor.size == 0:
+        return np.empty(tuple(tensor.shape), dtype)
+    buffer = (ctypes.c_char * (tensor.size * dtype.itemsize)).from_address(tensor.data_ptr())
+    return np.frombuffer(buffer, dtype).reshape(tuple(tensor.shape))
+
+
+def _host_float32(tensor):
+    return numpy_kernel.to_float32(_host_array(tensor), DTYPE_NAMES[element_dtype(tensor.dtype)])
+
+
+class NumpyKernel(RotaryKernel):
+    """numpy_kernel: the fallback when the compiled kernel is missing, and its bit-exact statement."""
+
+    def __init__(self, call):
+        super().__init__(call)
+
+        def compute(dy, cos, sin):
+            start, end = resolve_slice(call.partial_slice, cos.shape)
+            out = dy.astype(np.float32)
+            if not is_empty_work(dy.shape, cos.shape, start, end):
+                out = numpy_kernel.rotate(dy, cos, sin, call.rotary_mode, start, end, call.conjugate)
+            return out if dy.dtype.name == "bfloat16" else out.astype(dy.dtype)
+
+        # MindSpore cannot take a bf16 numpy array back from a pyfunc: bf16 results leave numpy as unrounded
+        # fp32 and are rounded once by the cast in construct.
+        self.prim = self._custom(compute, "pyfunc", bf16_as_float32=True)
+
+    def construct(self, dy, cos, sin):
+        return self.prim(dy, cos, sin).astype(dy.dtype)
+
+    def rotate_now(self, src, out, cos, sin, start, end):
+        """Only the slice's bytes of `out` are written in place (threads rotating disjoint slices of one
+        tensor must not undo each other's writes); out of place `out` first gets all of src."""
+        call = self.call
+        dtype_name = DTYPE_NAMES[element_dtype(src.dtype)]
+        target = _host_array(out)
+        if not call.in_place:
+            target[...] = _host_array(src)
+        rotated = numpy_kernel.rotate_slice(_host_float32(src)[..., start:end], _host_float32(cos),
+                                            _host_float32(sin), call.rotary_mode, call.conjugate)
+        target[..., start:end] = numpy_kernel.from_float32(rotated, dtype_name)
+
+    def cos_sin_grads_now(self, y_part, x_part, dcos, dsin, length):
+        cos_dtype = DTYPE_NAMES[element_dtype(dcos.dtype)]
+        grads = numpy_kernel.cos_sin_grads(_host_float32(y_part), _host_float32(x_part), tuple(dcos.shape),
+                                           self.call.rotary_mode)
+        for target, grad in zip((dcos, dsin), grads):
+            _host_array(target)[...] = numpy_kernel.from_float32(grad.astype(np.float32), cos_dtype)
+
+
+class AscendKernel(RotaryKernel):
+    """kernel/ascend (built by kernel/ascend/build.sh): the kernel writes its first input, here a clone."""
+
+    def __init__(self, call):
+        super().__init__(call)
+        from .op_info import ascend as ascend_op_info
+
+        op_type = ascend_op_info.OP_TYPES[call.conjugate]
+        infer_shape, infer_dtype = _infer_functions(call)
+        self.prim = _WritesFirstInput(op_type, infer_shape, infer_dtype, func_type="aot",
+                                      reg_info=ascend_op_info.reg_info(op_type, call.rotary_mode, call.partial_slice))
+        self.clone = Clone()
+
+    def construct(self, dy, cos, sin):
+        target = self.clone(dy)
+        return ops.depend(target, self.prim(target, cos, sin))
+
+
+KERNELS = {"aot": CpuKernel, "pyfunc": NumpyKernel, "ascend": AscendKernel}

@@ -1,5 +1,5 @@
-"""Rotary modes and the lane pairs each rotates: the one statement of the math shared by the
-numpy kernel and the cos/sin gradients (kernel/cpu/rotary_kernel.cc states the same table in C++)."""
+"""Rotary modes and the lane pairs each rotates: the one statement of the math shared by the numpy kernel,
+the cos/sin gradients and layouts.py (kernel/cpu/rotary_kernel.cc states the same table in C++)."""
 import numpy as np
 
 MODE_NAMES = ("half", "interleave", "quarter", "interleave-half")
@@ -25,17 +25,18 @@ def _quarters(length):
     return np.concatenate([a, a + length // 2]), np.concatenate([b, b + length // 2])
 
 
-_LAYOUTS = {  # mode: (x layout, y layout)
-    0: (_halves, _halves),
-    1: (_pairs, _pairs),
-    2: (_quarters, _quarters),
-    3: (_pairs, _halves),
+MODE_LAYOUTS = {  # mode: (x layout, y layout)
+    0: ("halves", "halves"),
+    1: ("pairs", "pairs"),
+    2: ("quarters", "quarters"),
+    3: ("pairs", "halves"),
 }
+_LANES = {"halves": _halves, "pairs": _pairs, "quarters": _quarters}
 
 
 def lane_pairs(mode, length):
     """(xa, xb, ya, yb) index arrays of the pairs `mode` rotates in a slice of `length` lanes."""
-    x_layout, y_layout = _LAYOUTS[mode]
-    xa, xb = x_layout(length)
-    ya, yb = y_layout(length)
+    x_layout, y_layout = MODE_LAYOUTS[mode]
+    xa, xb = _LANES[x_layout](length)
+    ya, yb = _LANES[y_layout](length)
     return xa, xb, ya, yb

@@ -1,23 +1,37 @@
 """The numpy kernel: the pyfunc fallback backend and the readable statement of what the C++ kernel does.
 
-Same fp32 operation order as kernel/cpu/rotary_kernel.cc (built without FMA contraction), so fp32
-results agree bit for bit; bf16/fp16 are computed in fp32 and rounded once on store."""
+Same fp32 operation order as kernel/cpu/rotary_kernel.cc (built without FMA contraction), so results agree
+bit for bit; bf16/fp16 are computed in fp32 and rounded once on store, bf16 with the kernel's own rounding
+(NaN stays a quiet NaN with its sign). bf16 travels as its uint16 bits here."""
 import numpy as np
 
-from .constraints import is_empty_work
 from .modes import lane_pairs
 
+BF16_BITS = np.uint16  # how a bf16 array is held: the upper half of its float32
 
-def rotate(x, cos, sin, mode, start, end, conjugate, keep_float32=False):
-    """Returns a copy of x whose lanes [start, end) are rotated (conjugate=True: the backward).
-    keep_float32: a bf16 x gives an fp32 result, left for the caller to round."""
-    out = x.astype(np.float32) if keep_float32 and x.dtype.name == "bfloat16" else x.copy()
-    if is_empty_work(x.shape, cos.shape, start, end):
-        return out
-    d = x[..., start:end].astype(np.float32)
-    c = cos.astype(np.float32)
-    s = sin.astype(np.float32)
-    xa, xb, ya, yb = lane_pairs(mode, end - start)
+
+def to_float32(values, dtype_name):
+    if dtype_name == "bfloat16":
+        return (np.asarray(values, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.asarray(values).astype(np.float32)
+
+
+def from_float32(values, dtype_name):
+    """float32 -> dtype_name's storage (bf16: uint16 bits, round to nearest even)."""
+    if dtype_name == "float32":
+        return values.astype(np.float32, copy=False)
+    if dtype_name == "float16":
+        return values.astype(np.float16)
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
+    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    return np.where(is_nan, (bits >> 16) | np.uint32(0x40), rounded).astype(np.uint16)
+
+
+def rotate_slice(d, c, s, rotary_mode, conjugate):
+    """The rotated lanes of a slice, float32: d [..., L] (x's layout forward, y's backward), c and s
+    broadcastable to it; conjugate=True is the backward."""
+    xa, xb, ya, yb = lane_pairs(rotary_mode, d.shape[-1])
     res = np.empty(np.broadcast_shapes(d.shape, c.shape), np.float32)
     if conjugate:
         da, db = d[..., ya], d[..., yb]
@@ -27,5 +41,25 @@ def rotate(x, cos, sin, mode, start, end, conjugate, keep_float32=False):
         va, vb = d[..., xa], d[..., xb]
         res[..., ya] = va * c[..., ya] - vb * s[..., ya]
         res[..., yb] = vb * c[..., yb] + va * s[..., yb]
-    out[..., start:end] = res.astype(out.dtype)
+    return res
+
+
+def rotate(x, cos, sin, rotary_mode, start, end, conjugate):
+    """A float32 copy of x (any float numpy dtype) with lanes [start, end) rotated; the caller has ruled out
+    empty work."""
+    out = np.asarray(x).astype(np.float32)
+    out[..., start:end] = rotate_slice(out[..., start:end], np.asarray(cos).astype(np.float32),
+                                       np.asarray(sin).astype(np.float32), rotary_mode, conjugate)
     return out
+
+
+def cos_sin_grads(y_side, x_side, cos_shape, rotary_mode):
+    """float64 dcos, dsin of shape cos_shape from the slices y_side (y's layout) and x_side (x's layout),
+    [B, S, N, L] each: the sums of kernel/cpu/rotary_kernel.cc's run_cos_sin_grad."""
+    y_side, x_side = np.asarray(y_side, np.float64), np.asarray(x_side, np.float64)
+    xa, xb, ya, yb = lane_pairs(rotary_mode, y_side.shape[-1])
+    dcos, dsin = np.empty_like(y_side), np.empty_like(y_side)
+    dcos[..., ya], dcos[..., yb] = y_side[..., ya] * x_side[..., xa], y_side[..., yb] * x_side[..., xb]
+    dsin[..., ya], dsin[..., yb] = -y_side[..., ya] * x_side[..., xb], y_side[..., yb] * x_side[..., xa]
+    axes = tuple(axis for axis in range(3) if cos_shape[axis] == 1 and y_side.shape[axis] != 1)
+    return dcos.sum(axis=axes, keepdims=True), dsin.sum(axis=axes, keepdims=True)

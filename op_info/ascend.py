@@ -8,7 +8,7 @@ from .cpu import SLICE_FROM_COS
 
 _FLOATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
 
-OP_NAMES = {False: "InplacePartialRotaryMul", True: "InplacePartialRotaryMulGrad"}  # by `conjugate`
+OP_TYPES = {False: "InplacePartialRotaryMul", True: "InplacePartialRotaryMulGrad"}  # by `conjugate`
 
 
 def reg_info(op_name, rotary_mode, partial_slice):

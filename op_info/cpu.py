@@ -5,32 +5,20 @@ from mindspore.ops import CustomRegOp, DataType
 
 _FLOATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
 
-# entry point name: (written in place?, computes the backward?)
-ENTRIES = {
-    "RotaryMul": (True, False),
-    "RotaryMulGrad": (True, True),
-    "RotaryMulOut": (False, False),
-    "RotaryMulGradOut": (False, True),
-}
+ENTRIES = {False: "RotaryMulOut", True: "RotaryMulGradOut"}  # entry point by direction (backward?)
 
 # partial_slice=None reaches the kernel as [0, -1]: "up to cos.shape[-1]".
 SLICE_FROM_COS = [0, -1]
 
 
-def entry_name(conjugate, in_place):
-    return next(name for name, flags in ENTRIES.items() if flags == (in_place, conjugate))
-
-
 def reg_info(entry, rotary_mode, partial_slice):
     """Reg info for one instance; attribute values are per instance, their names are shared by all."""
-    in_place, _ = ENTRIES[entry]
     slice_attr = list(partial_slice) if partial_slice is not None else SLICE_FROM_COS
     info = (CustomRegOp(entry)
             .input(0, "dy").input(1, "cos").input(2, "sin")
-            .output(0, "token" if in_place else "dx")
+            .output(0, "dx")
             .attr("rotary_mode", "required", "int", value=int(rotary_mode))
             .attr("partial_slice", "required", "listInt", value=slice_attr))
     for dy_type, cos_type in itertools.product(_FLOATS, _FLOATS):
-        out_type = DataType.I32_Default if in_place else dy_type
-        info = info.dtype_format(dy_type, cos_type, cos_type, out_type)
+        info = info.dtype_format(dy_type, cos_type, cos_type, dy_type)
     return info.target("CPU").get_op_info()

@@ -10,6 +10,7 @@ import pytest
 
 import ms_rotary
 from ms_rotary import backend as backend_module
+from ms_rotary import library
 from ms_rotary.op_info import ascend as ascend_op_info
 from conftest import random_tensor, to_float64
 from reference import rotary_grad
@@ -20,23 +21,23 @@ OP_DEF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 def test_environment_variable_picks_the_backend(monkeypatch):
     monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "pyfunc")
-    assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).kernel.backend == "pyfunc"
+    assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).backend == "pyfunc"
     monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "aot")
-    assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).kernel.backend == "aot"
+    assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).backend == "aot"
     monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "gpu")
     with pytest.raises(ValueError, match=r"\$MS_ROTARY_BACKEND='gpu' is not a backend"):
         ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8])
 
 
 def test_missing_compiled_kernel_falls_back_with_one_warning(monkeypatch):
-    monkeypatch.setattr(backend_module, "LIB_PATH", "/nonexistent/libms_rotary_cpu.so")
+    monkeypatch.setattr(library, "LIB_PATH", "/nonexistent/libms_rotary_cpu.so")
     monkeypatch.setattr(backend_module, "_warned", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ops = [ms_rotary.InplacePartialRotaryMulGrad(1, [0, 8]) for _ in range(3)]
     assert [w.category for w in caught] == [RuntimeWarning]
     assert "compiled CPU kernel not found" in str(caught[0].message)
-    assert all(op.kernel.backend == "pyfunc" for op in ops)
+    assert all(op.backend == "pyfunc" for op in ops)
     rng = np.random.default_rng(0)
     dy, dy64 = random_tensor(rng, (1, 2, 2, 8), "float32")
     cos, cos64 = random_tensor(rng, (1, 2, 1, 8), "float32")
@@ -56,7 +57,7 @@ def test_ascend_registration_matches_the_op_definition():
     inputs = re.findall(r'Input\("(\w+)"\)', source)
     outputs = re.findall(r'Output\("(\w+)"\)', source)
     attrs = re.findall(r'Attr\("(\w+)"\)', source)
-    for conjugate, op_name in ascend_op_info.OP_NAMES.items():
+    for conjugate, op_name in ascend_op_info.OP_TYPES.items():
         assert f"OP_ADD({op_name})" in source
         info = ascend_op_info.reg_info(op_name, 3, [128, 192])
         info = json.loads(info) if isinstance(info, str) else info

@@ -2,7 +2,6 @@
 chunks; an AVX-512 build has 16) writes the same bits as the installed kernel, which the other tests hold
 bit-identical to the numpy kernel: the code paths of machines without AVX-512, checked on this one."""
 import ast
-import ctypes
 import os
 import platform
 import subprocess
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 import ms_rotary
-from ms_rotary import eager
+from ms_rotary import library
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +31,6 @@ BUILDS = {"sse2": (["-march=x86-64"], set()), "avx2": (["-march=haswell"], {"avx
 GEOMETRIES = {"narrow": ((2, 3, 2, 16), (4, 12)), "wide": ((2, 3, 2, 80), (3, 75)),
               "width 64": ((2, 3, 2, 80), (8, 72))}
 DTYPES = ("float32", "float16", "bfloat16")
-SHAPE = ctypes.c_int64 * 4
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the narrower builds are x86-64 targets")
 
@@ -49,14 +47,14 @@ def cpu_flags():
 def entries(tmp_path_factory):
     """ms_rotary_run of each build this CPU can run, built the way setup.py builds the installed one."""
     out_dir = tmp_path_factory.mktemp("kernel_builds")
-    built = {"installed": eager._kernel_entry(ms_rotary.compiled_kernel_path())}
+    built = {"installed": library.load(ms_rotary.compiled_kernel_path())}
     for name, (flags, needs) in BUILDS.items():
         if not needs <= cpu_flags():
             continue
-        library = str(out_dir / f"libms_rotary_{name}.so")
-        sources = [os.path.join(ROOT, path) for path in KERNEL_SOURCES]
-        subprocess.run(["g++", *BASE_FLAGS, "-Wno-psabi", *flags, *sources, "-o", library], check=True)
-        built[name] = eager._kernel_entry(library)
+        path = str(out_dir / f"libms_rotary_{name}.so")
+        sources = [os.path.join(ROOT, source) for source in KERNEL_SOURCES]
+        subprocess.run(["g++", *BASE_FLAGS, "-Wno-psabi", *flags, *sources, "-o", path], check=True)
+        built[name] = library.load(path)
     return built
 
 
@@ -69,11 +67,11 @@ def bits_of(values, dtype):
     return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
-def run(entry, dy, cos, sin, dtypes, mode, start, end, conjugate, out=None):
-    dy_dtype, cos_dtype = (name.encode() for name in dtypes)
-    status = entry(dy.ctypes.data, None if out is None else out.ctypes.data, cos.ctypes.data, sin.ctypes.data,
-                   SHAPE(*dy.shape), SHAPE(*cos.shape), SHAPE(*sin.shape), dy_dtype, cos_dtype, cos_dtype,
-                   mode, start, end, int(conjugate), 1)
+def run(kernel, dy, cos, sin, dtypes, mode, start, end, conjugate, out=None):
+    dy_dtype, cos_dtype = dtypes
+    status = kernel.rotate(dy.ctypes.data, None if out is None else out.ctypes.data, cos.ctypes.data, sin.ctypes.data,
+                           dy.shape, cos.shape, sin.shape, dy_dtype, cos_dtype, cos_dtype, mode, start, end, conjugate,
+                           num_threads=1)
     assert status == 0
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ms_rotary
-from ms_rotary import eager
+from ms_rotary import library
 from test_kernel_builds import BASE_FLAGS, DTYPES, bits_of, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +63,7 @@ def test_kernel_stays_inside_its_buffers(memcheck, tmp_path, mode, dtype, conjug
     assert checked.returncode == 0, checked.stderr[-3000:]
 
     expected = dy.copy()
-    run(eager._kernel_entry(ms_rotary.compiled_kernel_path()), expected, cos, sin, (dtype, dtype), mode, start, end,
+    run(library.load(ms_rotary.compiled_kernel_path()), expected, cos, sin, (dtype, dtype), mode, start, end,
         conjugate)
     outputs = np.frombuffer((tmp_path / "out").read_bytes(), dtype=dy.dtype).reshape((4,) + shape)
     for output in outputs:  # in place and out of place, on 1 thread and on 2

@@ -1,5 +1,7 @@
 // MindSpore ops.Custom(func_type="aot") entry points for the CPU kernel.
 // Built with -D_GLIBCXX_USE_CXX11_ABI=0: MindSpore passes std::string across this boundary in the old ABI.
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -10,6 +12,10 @@ extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *s
                              const int64_t *cos_shape, const int64_t *sin_shape, const char *dy_dtype,
                              const char *cos_dtype, const char *sin_dtype, int64_t rotary_mode, int64_t start,
                              int64_t end, int conjugate, int num_threads);
+extern "C" int ms_rotary_cos_sin_grad(const void *y_side, const void *x_side, void *dcos, void *dsin,
+                                      const int64_t *dy_shape, const int64_t *cos_shape, const char *dy_dtype,
+                                      const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
+                                      int num_threads);
 
 // Same virtual-method order as MindSpore's AotExtra (include/mindspore/ccsrc/utils/custom_aot_extra.h),
 // declared here because that header pulls in MindSpore's internal headers. Only the vtable is used.
@@ -29,10 +35,20 @@ namespace {
 
 
 // MS_ROTARY_NUM_THREADS pins the kernel's thread count when the caller passes 0 (unset or 0: automatic).
+// Anything but a whole number 0..1024 is ignored with one warning on stderr.
 int configured_threads() {
   static const int threads = [] {
     const char *env = std::getenv("MS_ROTARY_NUM_THREADS");
-    return env ? std::atoi(env) : 0;
+    if (env == nullptr || *env == '\0') return 0;
+    char *end = nullptr;
+    errno = 0;
+    const long value = std::strtol(env, &end, 10);
+    if (errno != 0 || *end != '\0' || value < 0 || value > 1024) {
+      std::fprintf(stderr, "ms_rotary: ignoring MS_ROTARY_NUM_THREADS='%s': expected a whole number from 0 "
+                   "(automatic) to 1024\n", env);
+      return 0;
+    }
+    return static_cast<int>(value);
   }();
   return threads;
 }
@@ -44,20 +60,19 @@ bool same_shape(const int64_t *a, const int64_t *b) {
   return true;
 }
 
-// params: dy, cos, sin, then the output. In place the output is a 1-element int32 token that the op
-// returns so graph mode keeps the call; out of place it is a tensor shaped and typed like dy.
-int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra, bool conjugate,
-        bool in_place) {
+// params: dy, cos, sin, then the output dx, shaped and typed like dy: dy with its slice rotated. Graph mode
+// only computes out of place; an in-place call writes dx back with MindSpore's InplaceCopy.
+int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra, bool conjugate) {
   if (nparam != 4 || params == nullptr || ndims == nullptr || shapes == nullptr || dtypes == nullptr) {
     return ms_rotary::kBadParamCount;
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {  // every tensor, shape and dtype this entry reads, the output included
+    if (params[i] == nullptr || shapes[i] == nullptr || dtypes[i] == nullptr) return ms_rotary::kBadParamCount;
     if (ndims[i] != 4) return ms_rotary::kBadRank;
   }
-  if (!in_place && (ndims[3] != 4 || !same_shape(shapes[0], shapes[3]))) return ms_rotary::kBadRank;
-  if (!in_place && ms_rotary::dtype_from_name(dtypes[3]) != ms_rotary::dtype_from_name(dtypes[0])) {
-    return ms_rotary::kBadDTypeCode;
-  }
+  if (params[3] == params[0]) return ms_rotary::kBadParamCount;
+  if (!same_shape(shapes[0], shapes[3])) return ms_rotary::kBadRank;
+  if (ms_rotary::dtype_from_name(dtypes[3]) != ms_rotary::dtype_from_name(dtypes[0])) return ms_rotary::kBadDTypeCode;
   auto *attrs = static_cast<AotExtraView *>(extra);
   if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
     return ms_rotary::kMissingAttr;
@@ -66,26 +81,20 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   if (slice.size() != 2) return ms_rotary::kBadSlice;
   // [0, -1] is partial_slice=None: rotate [0, cos.shape[-1]).
   const int64_t end = (slice[0] == 0 && slice[1] == -1) ? shapes[1][3] : slice[1];
-  void *out = in_place ? nullptr : params[3];
-  const int status = ms_rotary_run(params[0], out, params[1], params[2], shapes[0], shapes[1], shapes[2], dtypes[0],
-                                   dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end,
-                                   conjugate ? 1 : 0, 0);
-  if (in_place && status == ms_rotary::kOk) *static_cast<int32_t *>(params[3]) = 0;
-  return status;
+  return ms_rotary_run(params[0], params[3], params[1], params[2], shapes[0], shapes[1], shapes[2], dtypes[0],
+                       dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end, conjugate ? 1 : 0, 0);
 }
 
 }  // namespace
 
-#define MS_ROTARY_AOT_ENTRY(name, conjugate, in_place)                                                   \
+#define MS_ROTARY_AOT_ENTRY(name, conjugate)                                                            \
   extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
                       void * /*stream*/, void *extra) {                                           \
-    return run(nparam, params, ndims, shapes, dtypes, extra, conjugate, in_place);                \
+    return run(nparam, params, ndims, shapes, dtypes, extra, conjugate);                          \
   }
 
-MS_ROTARY_AOT_ENTRY(RotaryMul, false, true)
-MS_ROTARY_AOT_ENTRY(RotaryMulGrad, true, true)
-MS_ROTARY_AOT_ENTRY(RotaryMulOut, false, false)
-MS_ROTARY_AOT_ENTRY(RotaryMulGradOut, true, false)
+MS_ROTARY_AOT_ENTRY(RotaryMulOut, false)
+MS_ROTARY_AOT_ENTRY(RotaryMulGradOut, true)
 
 // Plain C entry for host tests and benchmarks that call the kernel without MindSpore.
 extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *sin, const int64_t *dy_shape,
@@ -114,4 +123,28 @@ extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *s
   p.end = end;
   p.conjugate = conjugate != 0;
   return ms_rotary::run_rotary(p, num_threads > 0 ? num_threads : configured_threads());
+}
+
+// Plain C entry of run_cos_sin_grad: y_side and x_side are dy-shaped, dcos and dsin cos-shaped.
+extern "C" int ms_rotary_cos_sin_grad(const void *y_side, const void *x_side, void *dcos, void *dsin,
+                                      const int64_t *dy_shape, const int64_t *cos_shape, const char *dy_dtype,
+                                      const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
+                                      int num_threads) {
+  if (y_side == nullptr || x_side == nullptr || dcos == nullptr || dsin == nullptr || dy_shape == nullptr ||
+      cos_shape == nullptr) {
+    return ms_rotary::kBadParamCount;
+  }
+  ms_rotary::RotaryProblem p{};
+  for (int i = 0; i < 4; ++i) {
+    p.dy_shape[i] = dy_shape[i];
+    p.cos_shape[i] = cos_shape[i];
+    p.sin_shape[i] = cos_shape[i];
+  }
+  p.dy_dtype = ms_rotary::dtype_from_name(dy_dtype);
+  p.cos_dtype = p.sin_dtype = ms_rotary::dtype_from_name(cos_dtype);
+  p.rotary_mode = rotary_mode;
+  p.start = start;
+  p.end = end;
+  return ms_rotary::run_cos_sin_grad(p, y_side, x_side, dcos, dsin,
+                                     num_threads > 0 ? num_threads : configured_threads());
 }

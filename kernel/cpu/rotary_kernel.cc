@@ -21,6 +21,10 @@
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -362,11 +366,33 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   }
 }
 
+// MindSpore's graph-mode runtime threads flush denormals to zero (MXCSR FTZ/DAZ) and PyNative's do not:
+// each kernel thread runs with the default environment (round to nearest, denormals kept, exceptions
+// masked) and restores the caller's, so the same inputs give the same bits in every mode.
+class DefaultFpEnvironment {
+ public:
+#if defined(__SSE__)
+  DefaultFpEnvironment() : saved_(_mm_getcsr()) { _mm_setcsr(kDefaultCsr); }
+  ~DefaultFpEnvironment() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kDefaultCsr = 0x1f80;
+  unsigned saved_;
+#elif defined(__aarch64__)
+  DefaultFpEnvironment() : saved_(__builtin_aarch64_get_fpcr64()) { __builtin_aarch64_set_fpcr64(0); }
+  ~DefaultFpEnvironment() { __builtin_aarch64_set_fpcr64(saved_); }
+
+ private:
+  unsigned long long saved_;
+#endif
+};
+
 using RowFn = void (*)(const void *, void *, const void *, const void *, const Geometry &, int64_t, int64_t);
 
 template <int MODE, bool CONJ, typename T, typename U>
 void rotate_rows_erased(const void *dy, void *out, const void *cos, const void *sin, const Geometry &g, int64_t b,
                         int64_t e) {
+  DefaultFpEnvironment fp_environment;
   rotate_rows<MODE, CONJ>(static_cast<const T *>(dy), static_cast<T *>(out), static_cast<const U *>(cos),
                           static_cast<const U *>(sin), g, b, e);
 }
@@ -403,11 +429,39 @@ RowFn pick_mode(int64_t mode, DType dy_dtype, DType cos_dtype) {
 // 2 cores): 0.5M lanes took 0.11 ms on one thread and 0.16 ms on two; 2M lanes 0.78 vs 0.40 ms.
 constexpr int64_t kParallelMinLanes = 1 << 20;
 
+constexpr int64_t kMaxThreads = 1024;
+
 int pick_threads(int requested, int64_t rows, int64_t lanes) {
-  if (requested > 0) return static_cast<int>(std::min<int64_t>(requested, rows));
+  if (requested > 0) return static_cast<int>(std::min<int64_t>({requested, rows, kMaxThreads}));
   if (lanes < kParallelMinLanes) return 1;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return static_cast<int>(std::min<int64_t>(hw, rows));
+}
+
+// Runs work(begin, end) over [0, count) in `threads` contiguous parts, the first on the calling thread.
+// A thread that cannot be started (thread or address-space limits) leaves its part to the calling
+// thread: fewer threads, same result, nothing thrown across the C boundary.
+template <typename Work>
+void parallel_for(int threads, int64_t count, const Work &work) {
+  const int64_t per = (count + threads - 1) / std::max(threads, 1);
+  std::vector<std::thread> workers;
+  std::vector<std::pair<int64_t, int64_t>> unstarted;
+  try {
+    workers.reserve(threads > 1 ? threads - 1 : 0);
+  } catch (const std::exception &) {
+  }
+  for (int t = 1; t < threads; ++t) {
+    const int64_t b = std::min(count, t * per), e = std::min(count, b + per);
+    if (b >= e) continue;
+    try {
+      workers.emplace_back(work, b, e);
+    } catch (const std::exception &) {  // std::system_error, std::bad_alloc
+      unstarted.emplace_back(b, e);
+    }
+  }
+  work(0, std::min(count, per));
+  for (const auto &range : unstarted) work(range.first, range.second);
+  for (auto &w : workers) w.join();
 }
 
 int64_t element_size(DType t) { return t == kFloat32 ? 4 : 2; }
@@ -418,6 +472,107 @@ bool is_empty(const RotaryProblem &p) {
     if (p.dy_shape[i] == 0 || p.cos_shape[i] == 0 || p.sin_shape[i] == 0) return true;
   }
   return false;
+}
+
+// Element count of a 4-D shape, false when it overflows int64 or a dimension is negative.
+bool element_count(const int64_t *shape, int64_t element_bytes, int64_t *count) {
+  int64_t total = element_bytes;
+  for (int i = 0; i < 4; ++i) {
+    if (shape[i] < 0 || __builtin_mul_overflow(total, shape[i], &total)) return false;
+  }
+  *count = total / element_bytes;
+  return true;
+}
+
+// --- gradients for cos and sin ---------------------------------------------------------------------------
+// Forward: y[ya] = x[xa]*c[ya] - x[xb]*s[ya], y[yb] = x[xb]*c[yb] + x[xa]*s[yb]. With g = dL/dy:
+//   dc[ya] = g[ya]*x[xa], dc[yb] = g[yb]*x[xb], ds[ya] = -g[ya]*x[xb], ds[yb] = g[yb]*x[xa],
+// and the backward's gradients are the same sums with (g, x) -> (dy, dL/dx). Each cos row is summed by one
+// thread over its dy rows in row order (in double), so the result does not depend on the thread count.
+template <Layout L>
+void pair_lanes(int64_t len, int32_t *a, int32_t *b) {
+  const int64_t m = len / Blocks<L>::count;
+  for (int blk = 0, j = 0; blk < Blocks<L>::count; ++blk) {
+    for (int64_t i = 0; i < m / 2; ++i, ++j) {
+      a[j] = static_cast<int32_t>(blk * m + Blocks<L>::lane_a(i));
+      b[j] = static_cast<int32_t>(blk * m + Blocks<L>::lane_b(i, m));
+    }
+  }
+}
+
+template <int MODE, typename T, typename U>
+void cos_sin_grad_rows(const T *y_side, const T *x_side, U *dcos, U *dsin, const Geometry &g, const int64_t *dy_shape,
+                       const int64_t *cos_shape, int64_t cos_begin, int64_t cos_end) {
+  DefaultFpEnvironment fp_environment;
+  int32_t xa[kMaxHeadDim / 2], xb[kMaxHeadDim / 2], ya[kMaxHeadDim / 2], yb[kMaxHeadDim / 2];
+  pair_lanes<ModeLayout<MODE>::x>(g.len, xa, xb);
+  pair_lanes<ModeLayout<MODE>::y>(g.len, ya, yb);
+  const int64_t pairs = g.len / 2;
+  double acc_c[kMaxHeadDim], acc_s[kMaxHeadDim];
+  for (int64_t c = cos_begin; c < cos_end; ++c) {
+    const int64_t cn = c % cos_shape[2], cs = (c / cos_shape[2]) % cos_shape[1], cb = c / (cos_shape[2] * cos_shape[1]);
+    const bool all_b = cos_shape[0] == 1, all_s = cos_shape[1] == 1, all_n = cos_shape[2] == 1;
+    std::fill(acc_c, acc_c + g.len, 0.0);
+    std::fill(acc_s, acc_s + g.len, 0.0);
+    for (int64_t b = all_b ? 0 : cb; b < (all_b ? dy_shape[0] : cb + 1); ++b) {
+      for (int64_t s = all_s ? 0 : cs; s < (all_s ? dy_shape[1] : cs + 1); ++s) {
+        for (int64_t n = all_n ? 0 : cn; n < (all_n ? dy_shape[2] : cn + 1); ++n) {
+          const int64_t offset = ((b * dy_shape[1] + s) * dy_shape[2] + n) * g.D + g.start;
+          const T *yr = y_side + offset;
+          const T *xr = x_side + offset;
+          for (int64_t j = 0; j < pairs; ++j) {
+            const double gya = to_float(yr[ya[j]]), gyb = to_float(yr[yb[j]]);
+            const double vxa = to_float(xr[xa[j]]), vxb = to_float(xr[xb[j]]);
+            acc_c[ya[j]] += gya * vxa;
+            acc_c[yb[j]] += gyb * vxb;
+            acc_s[ya[j]] -= gya * vxb;
+            acc_s[yb[j]] += gyb * vxa;
+          }
+        }
+      }
+    }
+    for (int64_t l = 0; l < g.len; ++l) {
+      store(dcos + c * g.len + l, static_cast<float>(acc_c[l]));
+      store(dsin + c * g.len + l, static_cast<float>(acc_s[l]));
+    }
+  }
+}
+
+using CosSinGradFn = void (*)(const void *, const void *, void *, void *, const Geometry &, const int64_t *,
+                              const int64_t *, int64_t, int64_t);
+
+template <int MODE, typename T, typename U>
+void cos_sin_grad_erased(const void *y_side, const void *x_side, void *dcos, void *dsin, const Geometry &g,
+                         const int64_t *dy_shape, const int64_t *cos_shape, int64_t b, int64_t e) {
+  cos_sin_grad_rows<MODE>(static_cast<const T *>(y_side), static_cast<const T *>(x_side), static_cast<U *>(dcos),
+                          static_cast<U *>(dsin), g, dy_shape, cos_shape, b, e);
+}
+
+template <int MODE, typename T>
+CosSinGradFn pick_grad_cos_type(DType cos_dtype) {
+  switch (cos_dtype) {
+    case kFloat32: return cos_sin_grad_erased<MODE, T, float>;
+    case kFloat16: return cos_sin_grad_erased<MODE, T, _Float16>;
+    default: return cos_sin_grad_erased<MODE, T, BF16>;
+  }
+}
+
+template <int MODE>
+CosSinGradFn pick_grad_dy_type(DType dy_dtype, DType cos_dtype) {
+  switch (dy_dtype) {
+    case kFloat32: return pick_grad_cos_type<MODE, float>(cos_dtype);
+    case kFloat16: return pick_grad_cos_type<MODE, _Float16>(cos_dtype);
+    default: return pick_grad_cos_type<MODE, BF16>(cos_dtype);
+  }
+}
+
+CosSinGradFn pick_grad(int64_t mode, DType dy_dtype, DType cos_dtype) {
+  switch (mode) {
+    case 0: return pick_grad_dy_type<0>(dy_dtype, cos_dtype);
+    case 1: return pick_grad_dy_type<1>(dy_dtype, cos_dtype);
+    case 2: return pick_grad_dy_type<2>(dy_dtype, cos_dtype);
+    default: return pick_grad_dy_type<3>(dy_dtype, cos_dtype);
+  }
 }
 
 }  // namespace
@@ -434,22 +589,25 @@ Status check_rotary(const RotaryProblem &p) {
   if (p.dy_dtype == kBadDType || p.cos_dtype == kBadDType || p.sin_dtype == kBadDType) return kBadDTypeCode;
   if (p.cos_dtype != p.sin_dtype) return kCosSinMismatch;
   for (int i = 0; i < 4; ++i) {
+    if (p.dy_shape[i] < 0 || p.cos_shape[i] < 0 || p.sin_shape[i] < 0) return kBadRank;
     if (p.cos_shape[i] != p.sin_shape[i]) return kCosSinMismatch;
-    if (p.dy_shape[i] < 0 || p.cos_shape[i] < 0) return kBadRank;
+  }
+  int64_t count = 0;  // byte counts too must fit in int64
+  if (!element_count(p.dy_shape, element_size(p.dy_dtype), &count) ||
+      !element_count(p.cos_shape, element_size(p.cos_dtype), &count)) {
+    return kShapeTooLarge;
   }
   if (p.rotary_mode < 0 || p.rotary_mode > 3) return kBadMode;
   const int64_t D = p.dy_shape[3];
-  if (D > kMaxHeadDim) return kHeadDimTooLarge;
   if (p.start < 0 || p.start > p.end || p.end > D) return kBadSlice;
+  if (is_empty(p)) return kOk;
+  if (D > kMaxHeadDim) return kHeadDimTooLarge;
   const int64_t len = p.end - p.start;
   if (len % (p.rotary_mode == 2 ? 4 : 2) != 0) return kBadSliceLength;
-  for (int i = 0; i < 4; ++i) {
-    if (p.cos_shape[i] == 0) return kOk;  // empty work: a zero-sized cos/sin makes the call a no-op
-  }
   for (int i = 0; i < 3; ++i) {
     if (p.cos_shape[i] != 1 && p.cos_shape[i] != p.dy_shape[i]) return kBadBroadcast;
   }
-  if (len > 0 && p.cos_shape[3] != len) return kBadCosLength;
+  if (p.cos_shape[3] != len) return kBadCosLength;
   return kOk;
 }
 
@@ -474,19 +632,29 @@ Status run_rotary(const RotaryProblem &p, int num_threads) {
                                : pick_mode<false>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
   const int64_t rows = B * S * N;
   const int threads = pick_threads(num_threads, rows, rows * g.len);
-  if (threads <= 1) {
-    fn(p.dy, out, p.cos, p.sin, g, 0, rows);
+  parallel_for(threads, rows, [&](int64_t b, int64_t e) { fn(p.dy, out, p.cos, p.sin, g, b, e); });
+  return kOk;
+}
+
+Status run_cos_sin_grad(const RotaryProblem &p, const void *y_side, const void *x_side, void *dcos, void *dsin,
+                        int num_threads) {
+  const Status status = check_rotary(p);
+  if (status != kOk) return status;
+  int64_t cos_count = 0;
+  element_count(p.cos_shape, element_size(p.cos_dtype), &cos_count);
+  if (is_empty(p)) {  // nothing rotated: both gradients are zero
+    std::memset(dcos, 0, cos_count * element_size(p.cos_dtype));
+    std::memset(dsin, 0, cos_count * element_size(p.cos_dtype));
     return kOk;
   }
-  std::vector<std::thread> workers;
-  workers.reserve(threads - 1);
-  const int64_t per = (rows + threads - 1) / threads;
-  for (int t = 1; t < threads; ++t) {
-    const int64_t b = std::min(rows, t * per), e = std::min(rows, b + per);
-    if (b < e) workers.emplace_back(fn, p.dy, out, p.cos, p.sin, std::cref(g), b, e);
-  }
-  fn(p.dy, out, p.cos, p.sin, g, 0, std::min(rows, per));
-  for (auto &w : workers) w.join();
+  const Geometry g{p.dy_shape[1], p.dy_shape[2], p.dy_shape[3], p.start, p.end, p.end - p.start, 0, 0, 0};
+  const int64_t cos_rows = cos_count / g.len;
+  const int64_t lanes = p.dy_shape[0] * p.dy_shape[1] * p.dy_shape[2] * g.len;
+  const int threads = pick_threads(num_threads, cos_rows, lanes);
+  const CosSinGradFn fn = pick_grad(p.rotary_mode, p.dy_dtype, p.cos_dtype);
+  parallel_for(threads, cos_rows, [&](int64_t b, int64_t e) {
+    fn(y_side, x_side, dcos, dsin, g, p.dy_shape, p.cos_shape, b, e);
+  });
   return kOk;
 }
 

@@ -9,7 +9,7 @@ namespace ms_rotary {
 
 enum DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kBadDType = -1 };
 
-// Error codes returned by the kernel; ms_rotary/_errors.py maps them to messages.
+// Error codes returned by the kernel; ms_rotary/library.py maps them to messages.
 enum Status : int {
   kOk = 0,
   kBadParamCount = 1,
@@ -23,6 +23,7 @@ enum Status : int {
   kHeadDimTooLarge = 9,
   kBadCosLength = 10,
   kMissingAttr = 11,
+  kShapeTooLarge = 12,
 };
 
 struct RotaryProblem {
@@ -44,11 +45,22 @@ struct RotaryProblem {
 
 constexpr int64_t kMaxHeadDim = 1024;
 
-// Checks every constraint; kOk means run_rotary may be called.
+// Checks every constraint; kOk means run_rotary may be called. Empty work (start == end or a zero-sized
+// axis) wins over the rules that only matter when there is work: slice divisibility, D <= 1024, broadcast
+// and cos/sin length (as CANN's tiling does); rank, dtypes, cos == sin and the slice range always apply.
 Status check_rotary(const RotaryProblem &p);
 
 // Checks, then rotates. Empty work returns kOk; in place it touches no memory, out of place it copies dy.
+// num_threads 0: automatic (or $MS_ROTARY_NUM_THREADS). Results do not depend on the calling thread's
+// floating-point environment (denormals are kept even where the caller flushes them).
 Status run_rotary(const RotaryProblem &p, int num_threads);
+
+// Gradients of the rotation for cos and sin, summed over cos's broadcast axes (B, S or N of size 1):
+// y_side is in y's lane layout and x_side in x's. For the forward y = R(x), y_side = dL/dy and x_side = x;
+// for the backward dx = R^T(dy), y_side = dy and x_side = dL/dx. `p.dy`/`p.out` are unused; `p.dy_shape`
+// is the shape of both sides, `p.cos_shape` of dcos and dsin (written in p.cos_dtype, summed in double).
+Status run_cos_sin_grad(const RotaryProblem &p, const void *y_side, const void *x_side, void *dcos, void *dsin,
+                        int num_threads);
 
 DType dtype_from_name(const char *name);
 

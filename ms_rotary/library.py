@@ -1,0 +1,80 @@
+"""The compiled CPU kernel (kernel/cpu/, built by setup.py into ms_rotary/lib/): finding it, loading it
+with a clear error, and its two plain C entries wrapped once, for eager calls, tests and benchmarks."""
+import ctypes
+import functools
+import os
+
+LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
+_SHAPE = ctypes.c_int64 * 4
+
+# Status codes of kernel/cpu/rotary_kernel.h.
+STATUS_MESSAGES = {
+    1: "bad parameter count or null pointer",
+    2: "a tensor is not 4-D, has a negative dimension, or the output shape differs from dy's",
+    3: "unsupported dtype",
+    4: "cos and sin differ in shape or dtype",
+    5: "cos/sin do not broadcast to dy",
+    6: "partial_slice out of range",
+    7: "slice length not divisible as the mode needs",
+    8: "rotary_mode out of range",
+    9: "head dim D above 1024",
+    10: "cos/sin last dim differs from the slice length",
+    11: "rotary_mode/partial_slice attribute missing",
+    12: "a tensor's element or byte count overflows int64",
+}
+
+
+class KernelError(RuntimeError):
+    """The compiled kernel refused its arguments (the Python checks should have caught it first)."""
+
+
+def compiled_kernel_path():
+    """The compiled kernel's path, or None when the package was installed without it."""
+    return LIB_PATH if os.path.isfile(LIB_PATH) else None
+
+
+class CompiledKernel:
+    """The library's C entries. Pointers are ints (Tensor.data_ptr(), ndarray.ctypes.data), shapes 4-tuples,
+    dtypes the names "float32", "float16", "bfloat16"; each method returns the kernel's status code."""
+
+    def __init__(self, path):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError as error:
+            raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded ({error}); reinstall "
+                               f"ms_rotary (`pip install .` builds it) or pass backend='pyfunc'") from None
+        self.path = path
+        self._rotate = library.ms_rotary_run
+        self._rotate.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE] * 3 + [ctypes.c_char_p] * 3 + \
+            [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
+        self._rotate.restype = ctypes.c_int
+        self._cos_sin_grad = library.ms_rotary_cos_sin_grad
+        self._cos_sin_grad.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE] * 2 + [ctypes.c_char_p] * 2 + \
+            [ctypes.c_int64] * 3 + [ctypes.c_int]
+        self._cos_sin_grad.restype = ctypes.c_int
+
+    def rotate(self, dy, out, cos, sin, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype, sin_dtype, rotary_mode,
+               start, end, conjugate, num_threads=0):
+        """dy's lanes [start, end) rotated (conjugate: the backward) into dy itself (out=None) or into `out`,
+        which also receives dy's other lanes. num_threads 0: automatic or $MS_ROTARY_NUM_THREADS."""
+        return self._rotate(dy, out, cos, sin, _SHAPE(*dy_shape), _SHAPE(*cos_shape), _SHAPE(*sin_shape),
+                            dy_dtype.encode(), cos_dtype.encode(), sin_dtype.encode(), rotary_mode, start, end,
+                            int(conjugate), num_threads)
+
+    def cos_sin_grad(self, y_side, x_side, dcos, dsin, dy_shape, cos_shape, dy_dtype, cos_dtype, rotary_mode, start,
+                     end, num_threads=0):
+        """dcos, dsin (cos-shaped, cos's dtype) of the rotation, summed over cos's broadcast axes; y_side is
+        in y's lane layout, x_side in x's (kernel/cpu/rotary_kernel.h: run_cos_sin_grad)."""
+        return self._cos_sin_grad(y_side, x_side, dcos, dsin, _SHAPE(*dy_shape), _SHAPE(*cos_shape),
+                                  dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
+
+
+@functools.lru_cache(maxsize=None)
+def load(path=None):
+    """The CompiledKernel at `path` (default: the installed one), loaded once."""
+    return CompiledKernel(path or LIB_PATH)
+
+
+def raise_for_status(status):
+    if status:
+        raise KernelError(f"ms_rotary: the CPU kernel rejected its arguments: {STATUS_MESSAGES.get(status, status)}")
