@@ -71,8 +71,9 @@ def check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_
         if len(shape) != 4:
             raise ValueError(f"{_PREFIX}: {name} must be 4-D [B, S, N, D] (BSND), got shape {shape}")
         if any(dim < 0 for dim in shape):
-            raise ValueError(f"{_PREFIX}: {name} has an unknown (dynamic) dimension in shape {shape}; "
-                             f"this op needs static shapes")
+            raise ValueError(f"{_PREFIX}: {name} has an unknown (dynamic) dimension in shape {shape}; this op needs "
+                             f"static shapes. ms.jit(dynamic=1) compiles the third input shape it meets as dynamic: "
+                             f"keep dynamic=0 (one graph per shape) or pad inputs to a few fixed shapes")
         if math.prod(shape) > INT64_MAX // 4:
             raise ValueError(f"{_PREFIX}: {name} shape {shape} has more elements than int64 byte offsets can address")
     if cos_shape != sin_shape:
@@ -132,6 +133,15 @@ def require_contiguous(dy, dy_name="dy"):
     if not dy.is_contiguous():
         raise ValueError(f"{_PREFIX}: {dy_name} must be contiguous (its stride is {dy.stride()}); "
                          f"the op writes into its memory, call .contiguous() first and use the result")
+
+
+def require_whole_storage(dy, dy_name="dy"):
+    """A compiled graph cannot write a view of part of a tensor in place (MindSpore 2.10's InplaceCopy fails on
+    it); a view of a whole tensor is written through."""
+    if dy.size and (dy.storage_offset() != 0 or dy.untyped_storage().nbytes() != dy.nbytes):
+        raise ValueError(f"{_PREFIX}: {dy_name} is a view of part of a larger tensor (storage offset "
+                         f"{dy.storage_offset()}); GRAPH_MODE cannot write it in place. Pass {dy_name}.copy() "
+                         f"and use the result, or call the op in PyNative")
 
 
 def check_eager_inputs(dy, cos, sin, dy_name="dy", writes_dy=True):

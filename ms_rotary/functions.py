@@ -39,23 +39,22 @@ def is_recording():
 
 
 def cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
-    """dcos, dsin with MindSpore ops (differentiable; a graph drops them when unused). y_part is a slice in
-    y's lane layout and x_part one in x's: (dL/dy, x) for y = R x, (dy, dL/dx) for dx = R^T dy; split_x and
-    merge_y are the mode's layouts.SPLIT and MERGE functions.
+    """dcos, dsin with MindSpore ops (differentiable; a graph drops them when unused). y_part is the rotated
+    slice in y's lane layout and x_part in x's, float32: (dL/dy, x) for y = R x, (dy, dL/dx) for dx = R^T dy;
+    split_x and merge_y are the mode's layouts.SPLIT and MERGE functions.
     dc[ya] = y[ya] x[xa], dc[yb] = y[yb] x[xb], ds[ya] = -y[ya] x[xb], ds[yb] = y[yb] x[xa]."""
-    y_part = y_part.astype(ms.float32)
-    xa, xb = split_x(x_part.astype(ms.float32))
+    xa, xb = split_x(x_part)
     dcos = y_part * merge_y(xa, xb)
     dsin = y_part * merge_y(-xb, xa)
     return dcos.sum_to_size(cos.shape).astype(cos.dtype), dsin.sum_to_size(cos.shape).astype(cos.dtype)
 
 
-def _forward_sides(input_part, dout_part):
-    return dout_part, input_part
+def _forward_sides(first_input, dout):
+    return dout, first_input
 
 
-def _backward_sides(input_part, dout_part):
-    return input_part, dout_part
+def _backward_sides(first_input, dout):
+    return first_input, dout
 
 
 def _no_cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
@@ -63,8 +62,9 @@ def _no_cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
 
 
 class _SliceBounds(nn.Cell):
-    """`part(t, cos)`: the slice of t the call rotates, chosen here rather than branched on in the graph
-    (graph-mode second-order autodiff fails on a branch): partial_slice=None ends at cos.shape[-1]."""
+    """`part(t, cos)`: the slice of t the call rotates, as float32 (MindSpore's CPU slicing has no bf16 kernel),
+    chosen here rather than branched on in the graph (graph-mode second-order autodiff fails on a branch):
+    partial_slice=None ends at cos.shape[-1]."""
 
     def __init__(self, call):
         super().__init__()
@@ -75,15 +75,14 @@ class _SliceBounds(nn.Cell):
             self.part = self._part_fixed
 
     def _part_fixed(self, t, cos):
-        return t[..., self.start:self.end]
+        return t.astype(ms.float32)[..., self.start:self.end]
 
     def _part_to_cos_length(self, t, cos):
-        return t[..., 0:cos.shape[-1]]
+        return t.astype(ms.float32)[..., 0:cos.shape[-1]]
 
 
 class RotaryBackward(_SliceBounds):
-    """(x_part, cos, sin, dout) -> (dx, dcos, dsin) of one RotaryFunction, x_part being the slice of its first
-    input. Eagerly (PyNative on CPU), cos/sin gradients are computed only for a cos/sin that requires grad:
+    """(x, cos, sin, dout) -> (dx, dcos, dsin) of one RotaryFunction, x being its first input. Eagerly (PyNative on CPU), cos/sin gradients are computed only for a cos/sin that requires grad:
     by the target's kernel, or with MindSpore ops while an outer grad records this backward."""
 
     def __init__(self, call, backend):
@@ -94,32 +93,33 @@ class RotaryBackward(_SliceBounds):
             self.cos_sin_grads = _no_cos_sin_grads  # empty work: nothing rotated, whatever cos's length
         else:
             self.cos_sin_grads = cos_sin_grads
-        # (input's slice, dout's slice) -> (y side, x side): the backward's input is in y's layout
+        # (first input, dout) -> (y side, x side): the backward's input is in y's layout
         self.sides = _backward_sides if call.conjugate else _forward_sides
         self.device_target = ms.get_context("device_target")
         self._grads_kernel = KERNELS[backend](call.out_of_place())
         self.transpose = None  # the transposed RotaryFunction, set by the function this backward belongs to
 
-    def __call__(self, x_part, cos, sin, dout):
+    def __call__(self, x, cos, sin, dout):
         if is_eager(self.device_target):
-            return self._eager(x_part, cos, sin, dout)
-        return super().__call__(x_part, cos, sin, dout)
+            return self._eager(x, cos, sin, dout)
+        return super().__call__(x, cos, sin, dout)
 
-    def construct(self, x_part, cos, sin, dout):
+    def construct(self, x, cos, sin, dout):
         dx = self.transpose(dout, cos, sin)
-        y_part, x_part = self.sides(x_part, self.part(dout, cos))
-        dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, y_part, x_part, cos)
+        y_side, x_side = self.sides(x, dout)
+        dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos), cos)
         return dx, dcos, dsin
 
-    def _eager(self, x_part, cos, sin, dout):
+    def _eager(self, x, cos, sin, dout):
         dx = self.transpose(dout, cos, sin)
         if not (cos._requires_grad or sin._requires_grad):
             return dx, ops.zeros_like(cos), ops.zeros_like(sin)
-        y_part, x_part = self.sides(x_part, self.part(dout, cos))
+        y_side, x_side = self.sides(x, dout)
         if is_recording():
-            dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, y_part, x_part, cos)
+            dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos),
+                                            cos)
         else:
-            dcos, dsin = self._grads_kernel.eager_cos_sin_grads(y_part, x_part, cos)
+            dcos, dsin = self._grads_kernel.eager_cos_sin_grads(y_side, x_side, cos)
         return dx, dcos, dsin
 
 
@@ -185,7 +185,7 @@ class RotaryFunction(_Rotary):
         return self.kernel(x, cos, sin)
 
     def bprop(self, x, cos, sin, out, dout):
-        return self.backward(self.part(x, cos), cos, sin, dout)
+        return self.backward(x, cos, sin, dout)
 
 
 class InPlaceRotary(_Rotary):

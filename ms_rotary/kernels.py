@@ -140,18 +140,16 @@ class RotaryKernel(nn.Cell):
         self.rotate_now(src, out, cos, sin, start, end)
         return out
 
-    def eager_cos_sin_grads(self, y_part, x_part, cos):
-        """dcos, dsin (cos's shape and dtype) of this call's rotation from the rotated slices: y_part in y's
-        lane layout, x_part in x's (functions.RotaryBackward picks them), both [B, S, N, L]."""
-        if 0 in tuple(cos.shape):
+    def eager_cos_sin_grads(self, y_side, x_side, cos):
+        """dcos, dsin (cos's shape and dtype) of this call's rotation: y_side in y's lane layout, x_side in x's
+        (functions.RotaryBackward picks them), both shaped like the call's first input."""
+        start, end = resolve_slice(self.call.partial_slice, cos.shape)
+        if is_empty_work(y_side.shape, cos.shape, start, end):
             return ops.zeros_like(cos), ops.zeros_like(cos)
-        length = y_part.shape[-1]
-        if is_empty_work(y_part.shape, cos.shape, 0, length):
-            return ops.zeros_like(cos), ops.zeros_like(cos)
-        y_part, x_part = y_part.astype(x_part.dtype).contiguous(), x_part.contiguous()
+        y_side, x_side = y_side.astype(x_side.dtype).contiguous(), x_side.contiguous()
         dcos, dsin = mint.empty(cos.shape, dtype=cos.dtype), mint.empty(cos.shape, dtype=cos.dtype)
         _pynative_executor.sync()
-        self.cos_sin_grads_now(y_part, x_part, dcos, dsin, length)
+        self.cos_sin_grads_now(y_side, x_side, dcos, dsin, start, end)
         return dcos, dsin
 
 
@@ -177,11 +175,11 @@ class CpuKernel(RotaryKernel):
             DTYPE_NAMES[element_dtype(sin.dtype)], call.rotary_mode, start, end, call.conjugate)
         library.raise_for_status(status)
 
-    def cos_sin_grads_now(self, y_part, x_part, dcos, dsin, length):
+    def cos_sin_grads_now(self, y_side, x_side, dcos, dsin, start, end):
         status = library.load().cos_sin_grad(
-            y_part.data_ptr(), x_part.data_ptr(), dcos.data_ptr(), dsin.data_ptr(), y_part.shape, dcos.shape,
-            DTYPE_NAMES[element_dtype(y_part.dtype)], DTYPE_NAMES[element_dtype(dcos.dtype)], self.call.rotary_mode,
-            0, length)
+            y_side.data_ptr(), x_side.data_ptr(), dcos.data_ptr(), dsin.data_ptr(), y_side.shape, dcos.shape,
+            DTYPE_NAMES[element_dtype(y_side.dtype)], DTYPE_NAMES[element_dtype(dcos.dtype)], self.call.rotary_mode,
+            start, end)
         library.raise_for_status(status)
 
 
@@ -209,7 +207,8 @@ class NumpyKernel(RotaryKernel):
             start, end = resolve_slice(call.partial_slice, cos.shape)
             out = dy.astype(np.float32)
             if not is_empty_work(dy.shape, cos.shape, start, end):
-                out = numpy_kernel.rotate(dy, cos, sin, call.rotary_mode, start, end, call.conjugate)
+                with numpy_kernel.default_fp_environment():
+                    out = numpy_kernel.rotate(dy, cos, sin, call.rotary_mode, start, end, call.conjugate)
             return out if dy.dtype.name == "bfloat16" else out.astype(dy.dtype)
 
         # MindSpore cannot take a bf16 numpy array back from a pyfunc: bf16 results leave numpy as unrounded
@@ -227,14 +226,15 @@ class NumpyKernel(RotaryKernel):
         target = _host_array(out)
         if not call.in_place:
             target[...] = _host_array(src)
-        rotated = numpy_kernel.rotate_slice(_host_float32(src)[..., start:end], _host_float32(cos),
-                                            _host_float32(sin), call.rotary_mode, call.conjugate)
+        with numpy_kernel.default_fp_environment():
+            rotated = numpy_kernel.rotate_slice(_host_float32(src)[..., start:end], _host_float32(cos),
+                                                _host_float32(sin), call.rotary_mode, call.conjugate)
         target[..., start:end] = numpy_kernel.from_float32(rotated, dtype_name)
 
-    def cos_sin_grads_now(self, y_part, x_part, dcos, dsin, length):
+    def cos_sin_grads_now(self, y_side, x_side, dcos, dsin, start, end):
         cos_dtype = DTYPE_NAMES[element_dtype(dcos.dtype)]
-        grads = numpy_kernel.cos_sin_grads(_host_float32(y_part), _host_float32(x_part), tuple(dcos.shape),
-                                           self.call.rotary_mode)
+        grads = numpy_kernel.cos_sin_grads(_host_float32(y_side)[..., start:end], _host_float32(x_side)[..., start:end],
+                                           tuple(dcos.shape), self.call.rotary_mode)
         for target, grad in zip((dcos, dsin), grads):
             _host_array(target)[...] = numpy_kernel.from_float32(grad.astype(np.float32), cos_dtype)
 

@@ -3,6 +3,10 @@
 Same fp32 operation order as kernel/cpu/rotary_kernel.cc (built without FMA contraction), so results agree
 bit for bit; bf16/fp16 are computed in fp32 and rounded once on store, bf16 with the kernel's own rounding
 (NaN stays a quiet NaN with its sign). bf16 travels as its uint16 bits here."""
+import contextlib
+import ctypes
+import ctypes.util
+
 import numpy as np
 
 from .modes import lane_pairs
@@ -26,6 +30,25 @@ def from_float32(values, dtype_name):
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
     is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     return np.where(is_nan, (bits >> 16) | np.uint32(0x40), rounded).astype(np.uint16)
+
+
+_LIBM = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+_FE_DFL_ENV = ctypes.c_void_p(-1)  # glibc's FE_DFL_ENV: round to nearest, denormals kept, exceptions masked
+
+
+@contextlib.contextmanager
+def default_fp_environment():
+    """MindSpore runs graph-mode pyfuncs on threads that flush denormals to zero (MXCSR FTZ/DAZ): numpy
+    there runs with the default environment, as the C++ kernel does, so results match in every mode."""
+    saved = ctypes.create_string_buffer(64)  # fenv_t is 32 bytes on x86-64
+    if _LIBM.fegetenv(saved) != 0:
+        yield
+        return
+    _LIBM.fesetenv(_FE_DFL_ENV)
+    try:
+        yield
+    finally:
+        _LIBM.fesetenv(saved)
 
 
 def rotate_slice(d, c, s, rotary_mode, conjugate):

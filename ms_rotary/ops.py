@@ -12,7 +12,7 @@ import mindspore as ms
 from mindspore import context
 
 from .call import RotaryCall
-from .constraints import check_eager_inputs, normalize_mode, normalize_slice
+from .constraints import check_eager_inputs, normalize_mode, normalize_slice, require_whole_storage
 from .functions import InPlaceRotary, RotaryFunction
 
 
@@ -36,9 +36,12 @@ class _RotaryOp:
             raise TypeError(f"ms_rotary: {type(self).__name__} takes ({self._input_name}, cos, sin), "
                             f"got {len(args)} positional and {sorted(kwargs)} keyword arguments")
         check_eager_inputs(*args, dy_name=self._input_name, writes_dy=self._in_place)
+        graph = context._get_mode() == ms.GRAPH_MODE
+        if graph and self._in_place:
+            require_whole_storage(args[0], self._input_name)
         out = super().__call__(*args)
         # A compiled graph returns new Tensor objects; the in-place ops return the caller's own.
-        return args[0] if self._in_place and context._get_mode() == ms.GRAPH_MODE else out
+        return args[0] if graph and self._in_place else out
 
     def extend_repr(self):
         return f"rotary_mode={self.rotary_mode}, partial_slice={self.partial_slice}, backend={self.backend!r}"

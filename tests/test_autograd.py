@@ -202,3 +202,21 @@ def test_out_of_place_forward_accepts_a_non_contiguous_x():
     expected = rotary_forward(2, base64.swapaxes(1, 2), cos64, sin64, *SLICE)
     np.testing.assert_allclose(y.asnumpy(), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(base.asnumpy(), base64.astype(np.float32))
+
+
+@pytest.mark.parametrize("op_class", ALL_OPS)
+@pytest.mark.parametrize("dtype,cos_dtype", list(itertools.product(DTYPES, DTYPES)))
+def test_cos_sin_gradients_in_every_dtype_pair(dtype, cos_dtype, op_class, exec_mode):
+    """Half-precision x and/or cos/sin: gradients summed in fp32 (MindSpore ops) or double (the kernel),
+    rounded once to cos's dtype."""
+    rng = np.random.default_rng(41)
+    x, x64 = random_tensor(rng, SHAPE, dtype)
+    w, w64 = random_tensor(rng, SHAPE, "float32")
+    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), cos_dtype)
+    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), cos_dtype)
+    op = op_class(3, list(SLICE))
+    grad_cos, grad_sin = ms.grad(_loss_fn(op), grad_position=(1, 2))(x, cos, sin, w)
+    expected_cos, expected_sin = _numeric_cos_sin_grads(op_class, 3, x64, w64, cos64, sin64)
+    tol = 4 * max(TOLERANCE[dtype], TOLERANCE[cos_dtype]) * max(1.0, np.abs(expected_cos).max())
+    np.testing.assert_allclose(to_float64(grad_cos), expected_cos, rtol=tol, atol=tol)
+    np.testing.assert_allclose(to_float64(grad_sin), expected_sin, rtol=tol, atol=tol)

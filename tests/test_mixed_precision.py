@@ -1,0 +1,101 @@
+"""Automatic mixed precision: ms.amp.auto_mixed_precision O1/O2/O3 (fp16 and bf16) with value_and_grad
+returning the rotated tensor (has_aux), and ms.amp.build_train_network's one training step, in PyNative and
+GRAPH_MODE, for all three ops, against the float64 reference. The network is elementwise around the op, with
+a weight shaped like x (MindSpore 2.10 has no bf16 MatMul or ReduceSum on CPU)."""
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Parameter, nn
+
+import ms_rotary
+from conftest import random_tensor
+from test_training_patterns import OPS, apply_op
+
+SHAPE, SLICE, MODE = (2, 3, 2, 16), (4, 12), 1
+LEVEL_DTYPES = [("O1", ms.float16), ("O2", ms.float16), ("O3", ms.float16), ("O1", ms.bfloat16),
+                ("O2", ms.bfloat16), ("O3", ms.bfloat16)]
+# MindSpore 2.10 (GRAPH_MODE): returning a bf16 tensor written in place from a network wrapped by O2/O3 is a
+# "Graph cycle" (with its own Tensor.copy_ too); fp16 avoids it (kernels.alias_after_write).
+BF16_AUX_CYCLE = (RuntimeError, "Graph cycle exists")
+# MindSpore 2.10, PyNative O2/O3 bf16 on CPU: a bf16 ReduceSum in the network's own backward has no kernel,
+# with or without ms_rotary in it (NoRotary).
+BF16_PYNATIVE_REDUCE = (RuntimeError, "Reduce does not support this kernel data type")
+
+
+class NoRotary(nn.Cell):
+    def construct(self, x, cos, sin):
+        return x * 1.0
+
+
+_SCALE = np.linspace(0.5, 1.5, int(np.prod(SHAPE))).reshape(SHAPE)
+
+
+class Scaled(nn.Cell):
+    def __init__(self, op):
+        super().__init__()
+        self.scale = Parameter(ms.Tensor(_SCALE.astype(np.float32)), name="scale")
+        self.op = op
+
+    def construct(self, x, cos, sin, w):
+        y = self.op(x * self.scale, cos, sin)
+        return (y.astype(ms.float32) * w).sum(), y
+
+
+class ScaledLoss(Scaled):
+    def construct(self, x, cos, sin, w):
+        return (self.op(x * self.scale, cos, sin).astype(ms.float32) * w).sum()
+
+
+def _inputs():
+    rng = np.random.default_rng(23)
+    tensors = [random_tensor(rng, shape, "float32") for shape in (SHAPE, (1, 3, 1, 8), (1, 3, 1, 8), SHAPE)]
+    return [t for t, _ in tensors], [t64 for _, t64 in tensors]
+
+
+def _expected_scale_grad(op_name, x64, cos64, sin64, w64):
+    return x64 * apply_op(op_name, w64, cos64, sin64, transpose=True)
+
+
+@pytest.fixture(params=["pynative", "GRAPH_MODE"])
+def amp_exec_mode(request):
+    ms.set_context(mode=ms.GRAPH_MODE if request.param == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    yield request.param
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+@pytest.mark.parametrize("op_name", OPS)
+@pytest.mark.parametrize("level,dtype", LEVEL_DTYPES, ids=lambda v: str(v))
+def test_auto_mixed_precision_value_and_grad_with_aux(level, dtype, op_name, amp_exec_mode):
+    (x, cos, sin, w), (x64, cos64, sin64, w64) = _inputs()
+    scaled = Scaled(getattr(ms_rotary, op_name)(MODE, list(SLICE)))
+    net = ms.amp.auto_mixed_precision(scaled, level, dtype=dtype)
+    step = ms.value_and_grad(net, grad_position=None, weights=[scaled.scale], has_aux=True)
+    if dtype == ms.bfloat16 and level in ("O2", "O3"):
+        if amp_exec_mode == "pynative":
+            without = Scaled(NoRotary())
+            for weight, fn in ((scaled.scale, net), (without.scale, ms.amp.auto_mixed_precision(without, level, dtype=dtype))):
+                with pytest.raises(BF16_PYNATIVE_REDUCE[0], match=BF16_PYNATIVE_REDUCE[1]):
+                    ms.value_and_grad(fn, grad_position=None, weights=[weight], has_aux=True)(x, cos, sin, w)
+            return
+        if OPS[op_name]:
+            with pytest.raises(BF16_AUX_CYCLE[0], match=BF16_AUX_CYCLE[1]):
+                step(x, cos, sin, w)
+            return
+    (_, y), (grad,) = step(x, cos, sin, w)
+    np.testing.assert_allclose(y.float().asnumpy(), apply_op(op_name, x64 * _SCALE, cos64, sin64), rtol=3e-2,
+                               atol=3e-2)
+    expected = _expected_scale_grad(op_name, x64, cos64, sin64, w64)
+    np.testing.assert_allclose(grad.asnumpy(), expected, rtol=5e-2, atol=5e-2 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("op_name", OPS)
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+def test_build_train_network_one_step(level, op_name, amp_exec_mode):
+    (x, cos, sin, w), (x64, cos64, sin64, w64) = _inputs()
+    net = ScaledLoss(getattr(ms_rotary, op_name)(MODE, list(SLICE)))
+    # CPU takes no dynamic loss scaling (O2/O3's default)
+    train = ms.amp.build_train_network(net, nn.SGD([net.scale], learning_rate=0.1), level=level,
+                                       loss_scale_manager=None)
+    train(x, cos, sin, w)
+    expected = _SCALE - 0.1 * _expected_scale_grad(op_name, x64, cos64, sin64, w64)
+    np.testing.assert_allclose(net.scale.asnumpy(), expected, rtol=2e-2, atol=2e-2)

@@ -1,0 +1,306 @@
+"""Training patterns users write, for each op x execution mode x dtype: each gives the float64 reference's
+gradient, or the same network's gradient with plain MindSpore ops, or raises the documented error before any
+wrong number reaches the user (README, "Autograd and in place").
+
+A is each op's linear map of its first input: R (the forward ops) or R^T (InplacePartialRotaryMulGrad).
+The dtypes cycle over patterns, ops and modes; `pytest -m slow` runs the full product."""
+import itertools
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Parameter, nn
+
+import ms_rotary
+from conftest import DTYPES, TOLERANCE, random_tensor, to_float64
+from reference import rotary_forward, rotary_grad
+
+SHAPE, SLICE, MODE = (2, 3, 2, 16), (4, 12), 1
+OPS = {"InplacePartialRotaryMul": True, "PartialRotaryMul": False, "InplacePartialRotaryMulGrad": True}  # in place?
+EXEC_MODES = ("pynative", "ms.jit", "GRAPH_MODE")
+LEAF_ERROR = (ValueError, "is a leaf tensor that requires grad")
+# MindSpore 2.10's CPU kernels lack bf16 for AddN (a tensor used twice in a differentiated graph) and for the
+# TensorMove a differentiated graph inserts around an in-place write read twice (its own Tensor.copy_ too:
+# test_bf16_graph_limits_are_mindspores): compile errors, never numbers.
+BF16_GRAPH_ADDN = (TypeError, r"Select CPU operator\[AddN\] fail")
+BF16_GRAPH_TENSORMOVE = (TypeError, r"Select CPU operator\[TensorMove\] fail")
+SAVED_ERROR = (RuntimeError, "modified by an inplace operation")
+SECOND_ORDER_ERROR = (ValueError, "second-order gradients")
+
+
+def apply_op(op_name, t, cos, sin, transpose=False):
+    """A t (transpose=False) or A^T t in float64."""
+    backward = (op_name == "InplacePartialRotaryMulGrad") != transpose
+    return (rotary_grad if backward else rotary_forward)(MODE, t, cos, sin, *SLICE)
+
+
+def f32(t):
+    return t.astype(ms.float32)
+
+
+class Pattern(nn.Cell):
+    """A loss of x built around `op`; `expected(op_name, x, w, cos, sin)` is its gradient for x in float64."""
+
+    def __init__(self, op, cos, sin):
+        super().__init__()
+        self.op, self.cos, self.sin = op, cos, sin
+
+
+class ReadBefore(Pattern):
+    """An op saved x for its backward before x is rotated in place (the issue's pattern 1, x an activation)."""
+
+    def construct(self, x, w):
+        q = x * 1.0
+        return f32(q * q).sum() + (f32(self.op(q, self.cos, self.sin)) * w).sum()
+
+    @staticmethod
+    def expected(op_name, x, w, cos, sin):
+        return 2 * x + apply_op(op_name, w, cos, sin, transpose=True)
+
+
+class ReadBeforeLeaf(Pattern):
+    """The same with x itself the differentiated input (a leaf)."""
+
+    def construct(self, x, w):
+        return f32(x * x).sum() + (f32(self.op(x, self.cos, self.sin)) * w).sum()
+
+    expected = ReadBefore.expected
+
+
+class ResultIgnored(Pattern):
+    """The in-place call's result is dropped and x read after it (pattern 2)."""
+
+    def construct(self, x, w):
+        q = x * 1.0
+        self.op(q, self.cos, self.sin)
+        return (f32(q) * w).sum()
+
+    @staticmethod
+    def expected(op_name, x, w, cos, sin):
+        return apply_op(op_name, w, cos, sin, transpose=True)
+
+
+class TwoCalls(Pattern):
+    def construct(self, x, w):
+        q = self.op(x * 1.0, self.cos, self.sin)
+        return (f32(self.op(q, self.cos, self.sin)) * w).sum()
+
+    @staticmethod
+    def expected(op_name, x, w, cos, sin):
+        return apply_op(op_name, apply_op(op_name, w, cos, sin, True), cos, sin, True)
+
+
+class UsedTwice(Pattern):
+    def construct(self, x, w):
+        y = f32(self.op(x * 1.0, self.cos, self.sin))
+        return (y * w).sum() + (y * y).sum()
+
+    @staticmethod
+    def expected(op_name, x, w, cos, sin):
+        return apply_op(op_name, w + 2 * apply_op(op_name, x, cos, sin), cos, sin, transpose=True)
+
+
+class SecondOrder(Pattern):
+    """A Hessian-vector product: grad of <grad sum(w * (A x)^2), v> = 2 A^T (w * A v), with v = w / 2."""
+
+    def __init__(self, op, cos, sin):
+        super().__init__(op, cos, sin)
+        self.inner = ms.grad(_SquaredLoss(op, cos, sin))
+
+    def construct(self, x, w):
+        return (f32(self.inner(x, w)) * w * 0.5).sum()
+
+    @staticmethod
+    def expected(op_name, x, w, cos, sin):
+        return 2 * apply_op(op_name, w * apply_op(op_name, w * 0.5, cos, sin), cos, sin, transpose=True)
+
+
+class _SquaredLoss(Pattern):
+    def construct(self, x, w):
+        return (f32(self.op(x * 1.0, self.cos, self.sin)) ** 2 * w).sum()
+
+
+PATTERNS = {
+    "read before": (ReadBefore, {"pynative": SAVED_ERROR}, True),
+    "read before, x a leaf": (ReadBeforeLeaf, {"pynative": LEAF_ERROR}, True),
+    "result ignored": (ResultIgnored, {}, False),
+    "two calls in a row": (TwoCalls, {}, True),
+    "output used twice": (UsedTwice, {}, True),
+    "second order": (SecondOrder, {"pynative": SECOND_ORDER_ERROR}, True),
+}  # name: (cell, {exec mode: error of the in-place ops}, applies to the out-of-place op?)
+BF16_GRAPH_ERRORS = {  # (pattern, in place?): MindSpore's error for bf16 x in GRAPH_MODE / ms.jit
+    ("read before", True): BF16_GRAPH_ADDN, ("read before", False): BF16_GRAPH_ADDN,
+    ("read before, x a leaf", True): BF16_GRAPH_ADDN, ("read before, x a leaf", False): BF16_GRAPH_ADDN,
+    ("two calls in a row", True): BF16_GRAPH_TENSORMOVE, ("output used twice", True): BF16_GRAPH_TENSORMOVE,
+    ("second order", True): BF16_GRAPH_TENSORMOVE,
+}
+
+
+def _cases():
+    for i, (pattern, op_name, exec_mode, dtype) in enumerate(itertools.product(PATTERNS, OPS, EXEC_MODES, DTYPES)):
+        cycled = dtype == list(DTYPES)[(list(PATTERNS).index(pattern) + list(OPS).index(op_name) +
+                                         EXEC_MODES.index(exec_mode)) % len(DTYPES)]
+        marks = () if cycled else (pytest.mark.slow,)
+        yield pytest.param(pattern, op_name, exec_mode, dtype, marks=marks)
+
+
+def differentiate(cell, exec_mode, *args, **grad_kwargs):
+    grad_fn = ms.grad(cell, **grad_kwargs)
+    if exec_mode == "ms.jit":
+        return ms.jit(grad_fn)(*args)
+    if exec_mode == "GRAPH_MODE":
+        ms.set_context(mode=ms.GRAPH_MODE)
+        try:
+            return grad_fn(*args)
+        finally:
+            ms.set_context(mode=ms.PYNATIVE_MODE)
+    return grad_fn(*args)
+
+
+@pytest.mark.parametrize("pattern,op_name,exec_mode,dtype", _cases())
+def test_pattern(pattern, op_name, exec_mode, dtype):
+    cell_class, errors, out_of_place_too = PATTERNS[pattern]
+    in_place = OPS[op_name]
+    if not in_place and not out_of_place_too:
+        pytest.skip("an in-place pattern")
+    rng = np.random.default_rng(7)
+    x, x64 = random_tensor(rng, SHAPE, dtype)
+    w, w64 = random_tensor(rng, SHAPE, "float32")
+    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    cell = cell_class(getattr(ms_rotary, op_name)(MODE, list(SLICE)), cos, sin)
+    error = errors.get(exec_mode) if in_place else None
+    if dtype == "bfloat16" and exec_mode != "pynative":
+        error = BF16_GRAPH_ERRORS.get((pattern, in_place), error)
+    if error is not None:
+        with pytest.raises(error[0], match=error[1]):
+            differentiate(cell, exec_mode, x, w)
+        return
+    grad = differentiate(cell, exec_mode, x, w)
+    expected = cell_class.expected(op_name, x64, w64, cos64, sin64)
+    tol = TOLERANCE[dtype] * 4 * max(1.0, np.abs(expected).max())
+    np.testing.assert_allclose(to_float64(grad), expected, rtol=tol, atol=tol)
+
+
+class Projected(nn.Cell):
+    """q = x W (a view of the product in PyNative) rotated in place; returns the loss and q (has_aux)."""
+
+    def __init__(self, op, cos, sin):
+        super().__init__()
+        self.weight = Parameter(ms.Tensor(np.random.default_rng(3).uniform(-1, 1, (16, 16)).astype(np.float32)))
+        self.op, self.cos, self.sin = op, cos, sin
+
+    def construct(self, x, w):
+        q = ms.ops.matmul(x.reshape(-1, 16), self.weight).reshape(x.shape)
+        q = self.op(q, self.cos, self.sin)
+        return (q * w).sum(), q
+
+
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+@pytest.mark.parametrize("op_name", OPS)
+def test_value_and_grad_with_aux_and_accumulation_over_steps(op_name, exec_mode):
+    """Three steps of value_and_grad(has_aux=True) on different batches, gradients summed: the weight's
+    gradient is sum_steps x^T A^T w, the aux output is A (x W)."""
+    rng = np.random.default_rng(11)
+    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    net = Projected(getattr(ms_rotary, op_name)(MODE, list(SLICE)), cos, sin)
+    weight64 = net.weight.asnumpy().astype(np.float64)
+    step = ms.value_and_grad(net, grad_position=None, weights=[net.weight], has_aux=True)
+    if exec_mode == "ms.jit":
+        step = ms.jit(step)
+    total, expected = np.zeros((16, 16)), np.zeros((16, 16))
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    try:
+        for _ in range(3):
+            x, x64 = random_tensor(rng, SHAPE, "float32")
+            w, w64 = random_tensor(rng, SHAPE, "float32")
+            (_, q), (grad,) = step(x, w)
+            total += grad.asnumpy()
+            back = apply_op(op_name, w64, cos64, sin64, transpose=True)
+            expected += x64.reshape(-1, 16).T @ back.reshape(-1, 16)
+            np.testing.assert_allclose(q.asnumpy(), apply_op(op_name, (x64.reshape(-1, 16) @ weight64).reshape(SHAPE),
+                                                              cos64, sin64), rtol=1e-5, atol=1e-5)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    np.testing.assert_allclose(total, expected, rtol=1e-4, atol=1e-4)
+
+
+class RotatesItsParameter(nn.Cell):
+    def __init__(self, op, cos, sin, plain):
+        super().__init__()
+        self.table = Parameter(ms.Tensor(np.random.default_rng(5).uniform(-1, 1, SHAPE).astype(np.float32)))
+        self.op, self.cos, self.sin, self.plain = op, cos, sin, plain
+
+    def construct(self, w):
+        if self.plain:  # the same network with MindSpore's own in-place copy
+            self.table.copy_(self.op(self.table, self.cos, self.sin))
+            rotated = self.table
+        else:
+            rotated = self.op(self.table, self.cos, self.sin)
+        return (rotated * w).sum()
+
+
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+@pytest.mark.parametrize("op_name", ["InplacePartialRotaryMul", "InplacePartialRotaryMulGrad"])
+def test_a_trainable_parameter_rotated_in_place(op_name, exec_mode):
+    """Graphs: the parameter is rotated and its gradient is that of the same network written with MindSpore's
+    own Tensor.copy_ of the out-of-place result. PyNative refuses, as MindSpore refuses copy_ there."""
+    rng = np.random.default_rng(13)
+    cos, cos64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    sin, sin64 = random_tensor(rng, (1, 3, 1, 8), "float32")
+    w, _ = random_tensor(rng, SHAPE, "float32")
+    ours = RotatesItsParameter(getattr(ms_rotary, op_name)(MODE, list(SLICE)), cos, sin, plain=False)
+    start = ours.table.asnumpy().astype(np.float64)
+    if exec_mode == "pynative":
+        with pytest.raises(*LEAF_ERROR[:1], match=LEAF_ERROR[1]):
+            differentiate(ours, exec_mode, w, grad_position=None, weights=[ours.table])
+        np.testing.assert_array_equal(ours.table.asnumpy(), start.astype(np.float32))  # refused before writing
+        return
+    plain_op = ms_rotary.PartialRotaryMul(MODE, list(SLICE)) if op_name == "InplacePartialRotaryMul" else \
+        _OutOfPlaceGrad()
+    plain = RotatesItsParameter(plain_op, cos, sin, plain=True)
+    grads = [differentiate(net, exec_mode, w, grad_position=None, weights=[net.table])[0] for net in (ours, plain)]
+    np.testing.assert_allclose(grads[0].asnumpy(), grads[1].asnumpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ours.table.asnumpy(), apply_op(op_name, start, cos64, sin64), rtol=1e-5, atol=1e-5)
+
+
+class _OutOfPlaceGrad(nn.Cell):
+    """R^T out of place, from the in-place grad op applied to a copy."""
+
+    def __init__(self):
+        super().__init__()
+        self.op = ms_rotary.InplacePartialRotaryMulGrad(MODE, list(SLICE))
+
+    def construct(self, t, cos, sin):
+        return self.op(t * 1.0, cos, sin)
+
+
+class _CopiedTwice(nn.Cell):
+    """The in-place write of a graph done twice with MindSpore's own Tensor.copy_."""
+
+    def construct(self, x, w):
+        q = x * 1.0
+        q.copy_(q * 2.0)
+        q.copy_(q * 2.0)
+        return (f32(q) * w).sum()
+
+
+def test_bf16_graph_limits_are_mindspores():
+    """The bf16 compile errors of BF16_GRAPH_ERRORS come from MindSpore itself: its own Tensor.copy_ done
+    twice, and a bf16 tensor used twice, with no ms_rotary op."""
+    rng = np.random.default_rng(17)
+    x, _ = random_tensor(rng, SHAPE, "bfloat16")
+    w, _ = random_tensor(rng, SHAPE, "float32")
+    with pytest.raises(BF16_GRAPH_TENSORMOVE[0], match=BF16_GRAPH_TENSORMOVE[1]):
+        differentiate(_CopiedTwice(), "GRAPH_MODE", x, w)
+    with pytest.raises(BF16_GRAPH_ADDN[0], match=BF16_GRAPH_ADDN[1]):
+        differentiate(_UsedTwice(), "GRAPH_MODE", x, w)
+
+
+class _UsedTwice(nn.Cell):
+    """A bf16 tensor used twice, no ms_rotary op."""
+
+    def construct(self, x, w):
+        q = x * 1.0
+        return f32(q * q).sum() + (f32(q) * w).sum()
