@@ -1,10 +1,12 @@
-"""Builds the CPU kernel with the system C++ compiler and installs it inside the package (ms_rotary/lib/)."""
+"""Builds the CPU kernel with the system C++ compiler into the source tree's ms_rotary/lib/ (so the source
+tree and an editable install find it) and installs a copy inside the package."""
 import os
 import shlex
+import shutil
 import subprocess
 
 from setuptools import setup
-from setuptools.command.build_py import build_py
+from setuptools.command.build_ext import build_ext
 from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -16,6 +18,10 @@ BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", "-ffp-contrac
 
 def build_kernel(out_path):
     compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"ms_rotary builds its CPU kernel with a C++17 compiler, and {compiler!r} was not found "
+                           f"(from $CXX, default g++). Install one (Debian/Ubuntu: apt install g++; Fedora: dnf "
+                           f"install gcc-c++; conda: conda install gxx_linux-64) or point CXX at it, then rerun.")
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     sources = [os.path.join(HERE, src) for src in KERNEL_SOURCES]
     # The package is built where it runs; -march=native is dropped if the compiler refuses it.
@@ -27,10 +33,19 @@ def build_kernel(out_path):
     raise RuntimeError(f"could not build the ms_rotary CPU kernel with {compiler}")
 
 
-class BuildPyWithKernel(build_py):
+KERNEL_PATH = os.path.join(HERE, "ms_rotary", "lib", "libms_rotary_cpu.so")
+
+
+class BuildKernel(build_ext):
+    """The kernel is built into the source tree; a regular install also gets a copy inside the package (an
+    editable install, `setup.py develop` or PEP 660, runs the source tree)."""
+
     def run(self):
-        super().run()
-        build_kernel(os.path.join(self.build_lib, "ms_rotary", "lib", "libms_rotary_cpu.so"))
+        build_kernel(KERNEL_PATH)
+        if not (self.inplace or getattr(self, "editable_mode", False)):
+            installed = os.path.join(self.build_lib, "ms_rotary", "lib", "libms_rotary_cpu.so")
+            os.makedirs(os.path.dirname(installed), exist_ok=True)
+            shutil.copy2(KERNEL_PATH, installed)
 
 
 class BinaryDistribution(Distribution):
@@ -51,6 +66,6 @@ setup(
         "demo": ["tqdm==4.70.1"],
         "bench": ["torch==2.13.0", "matplotlib==3.11.2"],
     },
-    cmdclass={"build_py": BuildPyWithKernel},
+    cmdclass={"build_ext": BuildKernel},
     distclass=BinaryDistribution,
 )

@@ -7,7 +7,7 @@ import os
 LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
 _SHAPE = ctypes.c_int64 * 4
 
-# Status codes of kernel/cpu/rotary_kernel.h.
+# Status codes of kernel/common/rotary_rules.h (13 and 14 come from the Ascend tiling only).
 STATUS_MESSAGES = {
     1: "bad parameter count or null pointer",
     2: "a tensor is not 4-D, has a negative dimension, or the output shape differs from dy's",
@@ -21,6 +21,8 @@ STATUS_MESSAGES = {
     10: "cos/sin last dim differs from the slice length",
     11: "rotary_mode/partial_slice attribute missing",
     12: "a tensor's element or byte count overflows int64",
+    13: "one row's slice does not fit in the Ascend unified buffer",
+    14: "no Ascend vector core",
 }
 
 

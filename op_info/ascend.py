@@ -1,5 +1,5 @@
 """Registration info of the Ascend C kernels (kernel/ascend/, built by kernel/ascend/build.sh).
-Input, output and attribute names match the OpDef in kernel/ascend/op_host/inplace_partial_rotary_mul.cpp."""
+Input, output and attribute names match the OpDef in kernel/ascend/op_host/ms_rotary_partial_rotary_mul.cpp."""
 import itertools
 
 from mindspore.ops import CustomRegOp, DataType
@@ -8,7 +8,7 @@ from .cpu import SLICE_FROM_COS
 
 _FLOATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
 
-OP_TYPES = {False: "InplacePartialRotaryMul", True: "InplacePartialRotaryMulGrad"}  # by `conjugate`
+OP_TYPES = {False: "MsRotaryPartialRotaryMul", True: "MsRotaryPartialRotaryMulGrad"}  # by `conjugate`
 
 
 def reg_info(op_name, rotary_mode, partial_slice):

@@ -15,6 +15,7 @@ from conftest import BROADCASTS, cos_shape
 from reference import rotary_forward, rotary_grad
 
 ASCEND = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend")
+COMMON = os.path.join(os.path.dirname(ASCEND), "common")
 SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
 TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 4e-3}
@@ -40,14 +41,14 @@ def build_dir():
 @pytest.fixture(scope="module")
 def kernel_runner(build_dir):
     return _build(["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp",
-                   "op_kernel/inplace_partial_rotary_mul.cpp", "op_kernel/inplace_partial_rotary_mul_grad.cpp"],
+                   "op_kernel/ms_rotary_partial_rotary_mul.cpp", "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"],
                   os.path.join(build_dir, "run_kernel_host"),
-                  [os.path.join(ASCEND, "host_shim"), os.path.join(ASCEND, "op_host")])
+                  [os.path.join(ASCEND, "host_shim"), os.path.join(ASCEND, "op_host"), COMMON])
 
 
 def test_tiling_host_unit_tests(build_dir):
     binary = _build(["tests/test_tiling.cpp", "op_host/rotary_tiling.cpp"], os.path.join(build_dir, "test_tiling"),
-                    [os.path.join(ASCEND, "op_host")])
+                    [os.path.join(ASCEND, "op_host"), COMMON])
     result = subprocess.run([binary], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "tiling host tests passed" in result.stdout

@@ -16,7 +16,7 @@ from conftest import random_tensor, to_float64
 from reference import rotary_grad
 
 OP_DEF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend", "op_host",
-                      "inplace_partial_rotary_mul.cpp")
+                      "ms_rotary_partial_rotary_mul.cpp")
 
 
 def test_environment_variable_picks_the_backend(monkeypatch):
@@ -66,3 +66,12 @@ def test_ascend_registration_matches_the_op_definition():
         assert [a["name"] for a in info["attr"]] == attrs
         assert info["target"] == "Ascend"
         assert len(info["dtype_format"]) == 9
+
+
+def test_ascend_op_types_are_ms_rotarys_own():
+    """A custom OPP registering CANN's built-in op types (InplacePartialRotaryMul/Grad, with other attribute
+    defaults) would shadow them for every user of the process."""
+    source = open(OP_DEF).read()
+    for op_type in ascend_op_info.OP_TYPES.values():
+        assert op_type.startswith("MsRotary")
+    assert "OP_ADD(InplacePartialRotaryMul" not in source

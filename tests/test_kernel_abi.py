@@ -193,3 +193,13 @@ def test_invalid_thread_count_is_ignored_with_one_warning(value):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count("ignoring MS_ROTARY_NUM_THREADS") == 1
     assert f"'{value}'" in done.stderr
+
+
+def test_every_status_code_has_a_message():
+    """The codes are stated in kernel/common/rotary_rules.h; library.py maps each to a message."""
+    import re
+
+    header = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "common",
+                               "rotary_rules.h")).read()
+    codes = {int(value) for value in re.findall(r"^\s+k\w+ = (\d+),", header, re.MULTILINE)}
+    assert codes - {0} == set(library.STATUS_MESSAGES)

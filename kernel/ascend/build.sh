@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and installs the Ascend custom op package (InplacePartialRotaryMul, InplacePartialRotaryMulGrad)
+# Builds and installs the Ascend custom op package (MsRotaryPartialRotaryMul, MsRotaryPartialRotaryMulGrad)
 # with the custom-op compiler shipped in the mindspore wheel. Needs CANN: set ASCEND_HOME_PATH (or pass
 # --cann PATH). Usage: kernel/ascend/build.sh [--soc ascend910b] [--cann /usr/local/Ascend/ascend-toolkit/latest]
 set -euo pipefail
@@ -32,12 +32,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 2
 fi
 
-# The compiler copies op_host/ and op_kernel/ into a CANN project; the tiling code and headers go along.
+# The compiler copies op_host/ and op_kernel/ into a CANN project; the tiling code and headers go along, and
+# kernel/common's header into both.
 staging="$(mktemp -d)"
 trap 'rm -rf "$staging"' EXIT
 mkdir -p "$staging/op_host" "$staging/op_kernel"
 cp "$here"/op_host/*.cpp "$here"/op_host/*.h "$staging/op_host/"
 cp "$here"/op_kernel/*.cpp "$here"/op_kernel/*.h "$staging/op_kernel/"
+cp "$here"/../common/rotary_rules.h "$staging/op_host/"  # the rules the CPU kernel shares
+cp "$here"/../common/rotary_rules.h "$staging/op_kernel/"
 args=(-o "$staging/op_host" -k "$staging/op_kernel" --ascend_cann_package_path "$cann" -i)
 [ -n "$soc" ] && args+=(--soc_version "$soc")
 python "$compiler" "${args[@]}"

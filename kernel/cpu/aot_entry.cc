@@ -79,8 +79,7 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   }
   const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
   if (slice.size() != 2) return ms_rotary::kBadSlice;
-  // [0, -1] is partial_slice=None: rotate [0, cos.shape[-1]).
-  const int64_t end = (slice[0] == 0 && slice[1] == -1) ? shapes[1][3] : slice[1];
+  const int64_t end = ms_rotary::slice_end(slice[0], slice[1], shapes[1]);
   return ms_rotary_run(params[0], params[3], params[1], params[2], shapes[0], shapes[1], shapes[2], dtypes[0],
                        dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end, conjugate ? 1 : 0, 0);
 }

@@ -466,23 +466,9 @@ void parallel_for(int threads, int64_t count, const Work &work) {
 
 int64_t element_size(DType t) { return t == kFloat32 ? 4 : 2; }
 
-bool is_empty(const RotaryProblem &p) {
-  if (p.start == p.end) return true;
-  for (int i = 0; i < 4; ++i) {
-    if (p.dy_shape[i] == 0 || p.cos_shape[i] == 0 || p.sin_shape[i] == 0) return true;
-  }
-  return false;
-}
+bool is_empty(const RotaryProblem &p) { return is_empty_work(p.dy_shape, p.cos_shape, p.start, p.end); }
 
-// Element count of a 4-D shape, false when it overflows int64 or a dimension is negative.
-bool element_count(const int64_t *shape, int64_t element_bytes, int64_t *count) {
-  int64_t total = element_bytes;
-  for (int i = 0; i < 4; ++i) {
-    if (shape[i] < 0 || __builtin_mul_overflow(total, shape[i], &total)) return false;
-  }
-  *count = total / element_bytes;
-  return true;
-}
+int64_t element_count(const int64_t *shape) { return shape[0] * shape[1] * shape[2] * shape[3]; }
 
 // --- gradients for cos and sin ---------------------------------------------------------------------------
 // Forward: y[ya] = x[xa]*c[ya] - x[xb]*s[ya], y[yb] = x[xb]*c[yb] + x[xa]*s[yb]. With g = dL/dy:
@@ -588,27 +574,8 @@ DType dtype_from_name(const char *name) {
 Status check_rotary(const RotaryProblem &p) {
   if (p.dy_dtype == kBadDType || p.cos_dtype == kBadDType || p.sin_dtype == kBadDType) return kBadDTypeCode;
   if (p.cos_dtype != p.sin_dtype) return kCosSinMismatch;
-  for (int i = 0; i < 4; ++i) {
-    if (p.dy_shape[i] < 0 || p.cos_shape[i] < 0 || p.sin_shape[i] < 0) return kBadRank;
-    if (p.cos_shape[i] != p.sin_shape[i]) return kCosSinMismatch;
-  }
-  int64_t count = 0;  // byte counts too must fit in int64
-  if (!element_count(p.dy_shape, element_size(p.dy_dtype), &count) ||
-      !element_count(p.cos_shape, element_size(p.cos_dtype), &count)) {
-    return kShapeTooLarge;
-  }
-  if (p.rotary_mode < 0 || p.rotary_mode > 3) return kBadMode;
-  const int64_t D = p.dy_shape[3];
-  if (p.start < 0 || p.start > p.end || p.end > D) return kBadSlice;
-  if (is_empty(p)) return kOk;
-  if (D > kMaxHeadDim) return kHeadDimTooLarge;
-  const int64_t len = p.end - p.start;
-  if (len % (p.rotary_mode == 2 ? 4 : 2) != 0) return kBadSliceLength;
-  for (int i = 0; i < 3; ++i) {
-    if (p.cos_shape[i] != 1 && p.cos_shape[i] != p.dy_shape[i]) return kBadBroadcast;
-  }
-  if (p.cos_shape[3] != len) return kBadCosLength;
-  return kOk;
+  return check_shapes(p.dy_shape, p.cos_shape, p.sin_shape, element_size(p.dy_dtype), element_size(p.cos_dtype),
+                      p.rotary_mode, p.start, p.end);
 }
 
 Status run_rotary(const RotaryProblem &p, int num_threads) {
@@ -616,9 +583,7 @@ Status run_rotary(const RotaryProblem &p, int num_threads) {
   if (status != kOk) return status;
   if (is_empty(p)) {
     if (p.out != nullptr && p.out != p.dy) {
-      int64_t bytes = element_size(p.dy_dtype);
-      for (int i = 0; i < 4; ++i) bytes *= p.dy_shape[i];
-      std::memcpy(p.out, p.dy, bytes);
+      std::memcpy(p.out, p.dy, element_count(p.dy_shape) * element_size(p.dy_dtype));
     }
     return kOk;
   }
@@ -640,8 +605,7 @@ Status run_cos_sin_grad(const RotaryProblem &p, const void *y_side, const void *
                         int num_threads) {
   const Status status = check_rotary(p);
   if (status != kOk) return status;
-  int64_t cos_count = 0;
-  element_count(p.cos_shape, element_size(p.cos_dtype), &cos_count);
+  const int64_t cos_count = element_count(p.cos_shape);
   if (is_empty(p)) {  // nothing rotated: both gradients are zero
     std::memset(dcos, 0, cos_count * element_size(p.cos_dtype));
     std::memset(dsin, 0, cos_count * element_size(p.cos_dtype));

@@ -5,26 +5,11 @@
 
 #include <cstdint>
 
+#include "../common/rotary_rules.h"  // Status, kMaxHeadDim, check_shapes
+
 namespace ms_rotary {
 
 enum DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kBadDType = -1 };
-
-// Error codes returned by the kernel; ms_rotary/library.py maps them to messages.
-enum Status : int {
-  kOk = 0,
-  kBadParamCount = 1,
-  kBadRank = 2,
-  kBadDTypeCode = 3,
-  kCosSinMismatch = 4,
-  kBadBroadcast = 5,
-  kBadSlice = 6,
-  kBadSliceLength = 7,
-  kBadMode = 8,
-  kHeadDimTooLarge = 9,
-  kBadCosLength = 10,
-  kMissingAttr = 11,
-  kShapeTooLarge = 12,
-};
 
 struct RotaryProblem {
   void *dy;                // [B, S, N, D], rotated in place on [start, end) unless `out` is set
@@ -42,8 +27,6 @@ struct RotaryProblem {
   int64_t end;
   bool conjugate;          // false: forward y = x*cos + rot(x)*sin; true: its transpose (the grad)
 };
-
-constexpr int64_t kMaxHeadDim = 1024;
 
 // Checks every constraint; kOk means run_rotary may be called. Empty work (start == end or a zero-sized
 // axis) wins over the rules that only matter when there is work: slice divisibility, D <= 1024, broadcast

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "../op_host/inplace_partial_rotary_mul_tiling.h"
+#include "../op_host/ms_rotary_partial_rotary_mul_tiling.h"
 
 #define __global__
 #define __aicore__

@@ -16,8 +16,8 @@ int64_t tiling_key = -1;
 int64_t ub_limit = 0;
 }  // namespace shim
 
-extern "C" void inplace_partial_rotary_mul(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
-extern "C" void inplace_partial_rotary_mul_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
+extern "C" void ms_rotary_partial_rotary_mul(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
+extern "C" void ms_rotary_partial_rotary_mul_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
 
 int main(int argc, char **argv) {
   if (argc != 3) return 1;
@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
   const int64_t core_num = h[14];
   shim::ub_limit = h[15];
   ms_rotary_ascend::RotaryTiling t{};
-  if (ms_rotary_ascend::compute_rotary_tiling(shape, core_num, shim::ub_limit, &t) != ms_rotary_ascend::kTilingOk) {
+  if (ms_rotary_ascend::compute_rotary_tiling(shape, core_num, shim::ub_limit, &t) != ms_rotary::kOk) {
     return 2;
   }
   const int64_t dy_bytes = shape.dy[0] * shape.dy[1] * shape.dy[2] * shape.dy[3] * shape.dy_dtype_bytes;
@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
                                          t.cos_s_stride, t.cos_n_stride, t.used_cores, t.rows_per_core,
                                          t.big_cores, t.rows_per_loop};
   shim::tiling_key = t.tiling_key;
-  auto *entry = shape.conjugate ? inplace_partial_rotary_mul_grad : inplace_partial_rotary_mul;
+  auto *entry = shape.conjugate ? ms_rotary_partial_rotary_mul_grad : ms_rotary_partial_rotary_mul;
   const int64_t launched = t.used_cores > 0 ? t.used_cores : 1;
   for (shim::block_idx = 0; shim::block_idx < launched; ++shim::block_idx) {
     entry(dy.data(), cos.data(), sin.data(), dy.data(), nullptr, reinterpret_cast<GM_ADDR>(&data));

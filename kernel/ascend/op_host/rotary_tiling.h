@@ -1,10 +1,12 @@
-// Tiling of InplacePartialRotaryMul(Grad) for Ascend vector cores: plain C++ with no CANN dependency, so
-// it is unit-tested on the host (tests/test_ascend_host.py). op_host/inplace_partial_rotary_mul.cpp copies
+// Tiling of MsRotaryPartialRotaryMul(Grad) for Ascend vector cores: plain C++ with no CANN dependency, so
+// it is unit-tested on the host (tests/test_ascend_host.py). op_host/ms_rotary_partial_rotary_mul.cpp copies
 // the result into the op's TilingData.
 #ifndef MS_ROTARY_ASCEND_ROTARY_TILING_H_
 #define MS_ROTARY_ASCEND_ROTARY_TILING_H_
 
 #include <cstdint>
+
+#include "rotary_rules.h"  // kernel/common: the op's rules, status codes and tiling key
 
 namespace ms_rotary_ascend {
 
@@ -33,28 +35,16 @@ struct RotaryTiling {
   int64_t tiling_key;     // mode, direction, dy dtype, cos dtype
 };
 
-enum TilingStatus : int {
-  kTilingOk = 0,
-  kTilingBadShape = 1,
-  kTilingBadSlice = 2,
-  kTilingBadMode = 3,
-  kTilingNoRoom = 4,
-  kTilingBadCores = 5,
-};
-
-constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kBlockBytes = 32;      // Ascend UB/DMA alignment
 constexpr int64_t kMaxBlockCount = 4095;  // DataCopyExtParams::blockCount limit: rows per strided copy
-
-// Key for the kernel's dispatch: ((mode * 2 + conjugate) * 3 + dy dtype) * 3 + cos dtype.
-int64_t tiling_key(int64_t mode, bool conjugate, int64_t dy_dtype_id, int64_t cos_dtype_id);
 
 // Unified-buffer bytes the kernel (op_kernel/rotary_kernel.h) takes per row of a loop, and once per core.
 int64_t ub_bytes_per_row(const RotaryShape &shape);
 int64_t ub_fixed_bytes(const RotaryShape &shape);
 
-// Fills `tiling` for `core_num` vector cores and `ub_bytes` of unified buffer per core.
-TilingStatus compute_rotary_tiling(const RotaryShape &shape, int64_t core_num, int64_t ub_bytes,
+// Checks the op's rules (kernel/common/rotary_rules.h), then fills `tiling` for `core_num` vector cores and
+// `ub_bytes` of unified buffer per core.
+ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_num, int64_t ub_bytes,
                                    RotaryTiling *tiling);
 
 }  // namespace ms_rotary_ascend

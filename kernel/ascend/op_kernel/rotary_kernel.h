@@ -7,6 +7,7 @@
 #define MS_ROTARY_ASCEND_ROTARY_KERNEL_H_
 
 #include "kernel_operator.h"
+#include "rotary_rules.h"  // kernel/common: the tiling key
 
 namespace ms_rotary_ascend {
 using namespace AscendC;
@@ -216,7 +217,7 @@ __aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const opt
 }  // namespace ms_rotary_ascend
 
 // The 36 (mode, dy dtype, cos dtype) instances of one direction; keys as in op_host/rotary_tiling.cpp.
-#define MS_ROTARY_KEY(mode, conj, dyi, cosi) ((((mode) * 2 + (conj)) * 3 + (dyi)) * 3 + (cosi))
+#define MS_ROTARY_KEY(mode, conj, dyi, cosi) ms_rotary::tiling_key(mode, conj, dyi, cosi)
 #define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \
   if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, 0))) {                                                     \
     ms_rotary_ascend::RunRotary<conj, mode, TDy, float>(dy, cos, sin, tilingData);                            \

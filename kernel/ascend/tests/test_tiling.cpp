@@ -51,69 +51,69 @@ int main() {
   RotaryTiling t{};
   {  // typical: GPT-NeoX-like fp32
     RotaryShape s = make(4, 4096, 32, 128, 0, 64);
-    EXPECT(compute_rotary_tiling(s, 40, ub, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 40, ub, &t) == ms_rotary::kOk);
     EXPECT(t.rows == 4 * 4096 * 32 && t.used_cores == 40 && t.len == 64);
     check_cover(s, t, 40, ub);
   }
   {  // slice not 32-byte aligned: fp16, start 3, length 6 (12 bytes)
     RotaryShape s = make(2, 5, 3, 16, 3, 9, 0, 2, 2);
-    EXPECT(compute_rotary_tiling(s, 8, ub, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 8, ub, &t) == ms_rotary::kOk);
     EXPECT(t.start == 3 && t.len == 6 && t.rows == 30);
     check_cover(s, t, 8, ub);
   }
   {  // D = 1024, full slice, quarter mode
     RotaryShape s = make(1, 7, 2, 1024, 0, 1024, 2);
-    EXPECT(compute_rotary_tiling(s, 24, ub, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 24, ub, &t) == ms_rotary::kOk);
     EXPECT(t.rows_per_loop >= 1);
     check_cover(s, t, 24, ub);
   }
   {  // one row
     RotaryShape s = make(1, 1, 1, 64, 0, 64);
-    EXPECT(compute_rotary_tiling(s, 40, ub, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 40, ub, &t) == ms_rotary::kOk);
     EXPECT(t.used_cores == 1 && t.rows_per_core == 1 && t.big_cores == 0);
     check_cover(s, t, 40, ub);
   }
   {  // more cores than rows: one row per core
     RotaryShape s = make(1, 3, 2, 32, 0, 32);
-    EXPECT(compute_rotary_tiling(s, 48, ub, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 48, ub, &t) == ms_rotary::kOk);
     EXPECT(t.used_cores == 6 && t.rows_per_core == 1 && t.big_cores == 0);
     check_cover(s, t, 48, ub);
   }
   {  // uneven split: 10 rows over 4 cores -> 3, 3, 2, 2
     RotaryShape s = make(1, 5, 2, 32, 0, 32);
-    EXPECT(compute_rotary_tiling(s, 4, ub, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 4, ub, &t) == ms_rotary::kOk);
     EXPECT(t.rows_per_core == 2 && t.big_cores == 2);
     check_cover(s, t, 4, ub);
   }
   {  // a small unified buffer forces several loops per core, never more than fit
     RotaryShape s = make(2, 64, 4, 128, 64, 128, 3);
-    EXPECT(compute_rotary_tiling(s, 2, 4096, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 2, 4096, &t) == ms_rotary::kOk);
     EXPECT(t.rows_per_loop < t.rows_per_core);
     check_cover(s, t, 2, 4096);
   }
   {  // huge row count: rows per loop capped by the DMA block count
     RotaryShape s = make(64, 4096, 1, 4, 0, 2, 1);
-    EXPECT(compute_rotary_tiling(s, 1, 1 << 30, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 1, 1 << 30, &t) == ms_rotary::kOk);
     EXPECT(t.rows_per_loop == kMaxBlockCount);
   }
   {  // empty work: no core runs
     RotaryShape s = make(2, 3, 1, 16, 4, 4);
-    EXPECT(compute_rotary_tiling(s, 8, ub, &t) == kTilingOk);
+    EXPECT(compute_rotary_tiling(s, 8, ub, &t) == ms_rotary::kOk);
     EXPECT(t.rows == 0 && t.used_cores == 0);
   }
   {  // refusals
     RotaryShape reversed = make(1, 2, 1, 16, 8, 4);
     reversed.cos[3] = 4;
-    EXPECT(compute_rotary_tiling(reversed, 8, ub, &t) == kTilingBadSlice);
-    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 20), 8, ub, &t) == kTilingBadSlice);
-    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 6, 2), 8, ub, &t) == kTilingBadSlice);
-    EXPECT(compute_rotary_tiling(make(1, 2, 1, 2048, 0, 8), 8, ub, &t) == kTilingBadShape);
-    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 8, 4), 8, ub, &t) == kTilingBadMode);
-    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 8), 0, ub, &t) == kTilingBadCores);
-    EXPECT(compute_rotary_tiling(make(1, 2, 1, 1024, 0, 1024), 8, 1024, &t) == kTilingNoRoom);
+    EXPECT(compute_rotary_tiling(reversed, 8, ub, &t) == ms_rotary::kBadSlice);
+    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 20), 8, ub, &t) == ms_rotary::kBadSlice);
+    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 6, 2), 8, ub, &t) == ms_rotary::kBadSliceLength);
+    EXPECT(compute_rotary_tiling(make(1, 2, 1, 2048, 0, 8), 8, ub, &t) == ms_rotary::kHeadDimTooLarge);
+    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 8, 4), 8, ub, &t) == ms_rotary::kBadMode);
+    EXPECT(compute_rotary_tiling(make(1, 2, 1, 16, 0, 8), 0, ub, &t) == ms_rotary::kBadCoreCount);
+    EXPECT(compute_rotary_tiling(make(1, 2, 1, 1024, 0, 1024), 8, 1024, &t) == ms_rotary::kNoUbRoom);
     RotaryShape wrong = make(2, 2, 1, 16, 0, 8);
     wrong.cos[0] = 3;
-    EXPECT(compute_rotary_tiling(wrong, 8, ub, &t) == kTilingBadShape);
+    EXPECT(compute_rotary_tiling(wrong, 8, ub, &t) == ms_rotary::kBadBroadcast);
   }
   if (failures) {
     std::fprintf(stderr, "%d tiling expectations failed\n", failures);

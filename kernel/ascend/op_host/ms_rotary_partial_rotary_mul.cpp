@@ -1,9 +1,9 @@
-// OpDef, infer-shape and tiling of InplacePartialRotaryMul and InplacePartialRotaryMulGrad for CANN's custom
+// OpDef, infer-shape and tiling of MsRotaryPartialRotaryMul and MsRotaryPartialRotaryMulGrad for CANN's custom
 // op compiler (built by kernel/ascend/build.sh; needs CANN). dy is both input and output: the op writes the
 // rotated slice back into it. The tiling arithmetic lives in rotary_tiling.cpp, tested on the host.
 #include <cstring>
 
-#include "inplace_partial_rotary_mul_tiling.h"
+#include "ms_rotary_partial_rotary_mul_tiling.h"
 #include "register/op_def_registry.h"
 #include "rotary_tiling.h"
 #include "tiling/platform/platform_ascendc.h"
@@ -40,9 +40,9 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   shape.dy_dtype_id = dtype_id(dy_type);
   shape.cos_dtype_id = dtype_id(cos_type);
   shape.rotary_mode = mode;
-  const bool from_cos = slice->GetSize() == 2 && bounds[0] == 0 && bounds[1] == -1;  // partial_slice=None
+  if (slice->GetSize() != 2) return ge::GRAPH_FAILED;
   shape.start = bounds[0];
-  shape.end = from_cos ? shape.cos[3] : bounds[1];
+  shape.end = ms_rotary::slice_end(bounds[0], bounds[1], shape.cos);
   shape.conjugate = conjugate;
 
   auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
@@ -50,7 +50,7 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   platform.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ub_bytes);
   ms_rotary_ascend::RotaryTiling t{};
   if (ms_rotary_ascend::compute_rotary_tiling(shape, platform.GetCoreNumAiv(), static_cast<int64_t>(ub_bytes), &t) !=
-      ms_rotary_ascend::kTilingOk) {
+      ms_rotary::kOk) {
     return ge::GRAPH_FAILED;
   }
   PartialRotaryTilingData data;
@@ -118,26 +118,26 @@ void DefineRotaryOp(Self &op, gert::OpImplRegisterV2::TilingKernelFunc tiling) {
   op.Input("sin").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
   op.Output("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
   op.Attr("rotary_mode").Int(1);
-  op.Attr("partial_slice").ListInt({0, -1});
+  op.Attr("partial_slice").ListInt({0, ms_rotary::kSliceFromCosEnd});
   op.SetInferShape(ge::InferShape).SetInferDataType(ge::InferDataType);
   op.AICore().SetTiling(tiling).AddConfig("ascend910b").AddConfig("ascend910_93").AddConfig("ascend950");
 }
 
-class InplacePartialRotaryMul : public OpDef {
+class MsRotaryPartialRotaryMul : public OpDef {
  public:
-  explicit InplacePartialRotaryMul(const char *name) : OpDef(name) {
+  explicit MsRotaryPartialRotaryMul(const char *name) : OpDef(name) {
     DefineRotaryOp(*this, optiling::TilingForward);
   }
 };
 
-class InplacePartialRotaryMulGrad : public OpDef {
+class MsRotaryPartialRotaryMulGrad : public OpDef {
  public:
-  explicit InplacePartialRotaryMulGrad(const char *name) : OpDef(name) {
+  explicit MsRotaryPartialRotaryMulGrad(const char *name) : OpDef(name) {
     DefineRotaryOp(*this, optiling::TilingBackward);
   }
 };
 
-OP_ADD(InplacePartialRotaryMul);
-OP_ADD(InplacePartialRotaryMulGrad);
+OP_ADD(MsRotaryPartialRotaryMul);
+OP_ADD(MsRotaryPartialRotaryMulGrad);
 
 }  // namespace ops

@@ -21,8 +21,8 @@ TILING_DATA_FIELD_DEF(int64_t, bigCores);
 TILING_DATA_FIELD_DEF(int64_t, rowsPerLoop);
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(InplacePartialRotaryMul, PartialRotaryTilingData)
-REGISTER_TILING_DATA_CLASS(InplacePartialRotaryMulGrad, PartialRotaryTilingData)
+REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMul, PartialRotaryTilingData)
+REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulGrad, PartialRotaryTilingData)
 }  // namespace optiling
 
 #endif  // MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_

@@ -1,7 +1,7 @@
-// Entry point of InplacePartialRotaryMulGrad (backward) on Ascend vector cores.
+// Entry point of MsRotaryPartialRotaryMulGrad (backward) on Ascend vector cores.
 #include "rotary_kernel.h"
 
-extern "C" __global__ __aicore__ void inplace_partial_rotary_mul_grad(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin,
+extern "C" __global__ __aicore__ void ms_rotary_partial_rotary_mul_grad(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin,
                                                                       GM_ADDR /*dy_out: dy itself*/, GM_ADDR /*workspace*/,
                                                                       GM_ADDR tiling) {
   GET_TILING_DATA(tilingData, tiling);

@@ -1,0 +1,84 @@
+// The operator's shape and slice rules (docs/operator.md, "Rules") and status codes, shared by the CPU kernel
+// (kernel/cpu) and the Ascend tiling (kernel/ascend/op_host); ms_rotary/library.py maps the codes to messages.
+// Plain C++ with no dependency, header only: the Ascend build copies it beside its sources.
+#ifndef MS_ROTARY_KERNEL_COMMON_ROTARY_RULES_H_
+#define MS_ROTARY_KERNEL_COMMON_ROTARY_RULES_H_
+
+#include <cstdint>
+
+namespace ms_rotary {
+
+enum Status : int {
+  kOk = 0,
+  kBadParamCount = 1,
+  kBadRank = 2,
+  kBadDTypeCode = 3,
+  kCosSinMismatch = 4,
+  kBadBroadcast = 5,
+  kBadSlice = 6,
+  kBadSliceLength = 7,
+  kBadMode = 8,
+  kHeadDimTooLarge = 9,
+  kBadCosLength = 10,
+  kMissingAttr = 11,
+  kShapeTooLarge = 12,
+  kNoUbRoom = 13,     // Ascend tiling: one row's slice does not fit in the unified buffer
+  kBadCoreCount = 14, // Ascend tiling: no vector core
+};
+
+constexpr int64_t kMaxHeadDim = 1024;
+
+// partial_slice=None travels to the kernels as [0, -1]: rotate [0, cos.shape[-1]).
+constexpr int64_t kSliceFromCosEnd = -1;
+
+inline int64_t slice_end(int64_t start, int64_t end, const int64_t *cos_shape) {
+  return start == 0 && end == kSliceFromCosEnd ? cos_shape[3] : end;
+}
+
+// The Ascend kernel's dispatch key (tiling key) of a call.
+constexpr int64_t tiling_key(int64_t mode, int64_t conjugate, int64_t dy_dtype_id, int64_t cos_dtype_id) {
+  return ((mode * 2 + conjugate) * 3 + dy_dtype_id) * 3 + cos_dtype_id;
+}
+
+inline bool is_empty_work(const int64_t *dy, const int64_t *cos, int64_t start, int64_t end) {
+  if (start == end) return true;
+  for (int i = 0; i < 4; ++i) {
+    if (dy[i] == 0 || cos[i] == 0) return true;
+  }
+  return false;
+}
+
+// Element count of a 4-D shape times element_bytes fits in int64 (and no dimension is negative).
+inline bool fits_int64(const int64_t *shape, int64_t element_bytes) {
+  int64_t total = element_bytes;
+  for (int i = 0; i < 4; ++i) {
+    if (shape[i] < 0 || __builtin_mul_overflow(total, shape[i], &total)) return false;
+  }
+  return true;
+}
+
+// Every shape and slice rule, in the order of docs/operator.md: empty work wins over the rules that only
+// matter when there is something to rotate (as CANN's tiling does); ranks, cos == sin and the slice range
+// always apply. dtypes are the caller's to check.
+inline Status check_shapes(const int64_t *dy, const int64_t *cos, const int64_t *sin, int64_t dy_bytes,
+                           int64_t cos_bytes, int64_t mode, int64_t start, int64_t end) {
+  for (int i = 0; i < 4; ++i) {
+    if (dy[i] < 0 || cos[i] < 0 || sin[i] < 0) return kBadRank;
+    if (cos[i] != sin[i]) return kCosSinMismatch;
+  }
+  if (!fits_int64(dy, dy_bytes) || !fits_int64(cos, cos_bytes)) return kShapeTooLarge;
+  if (mode < 0 || mode > 3) return kBadMode;
+  if (start < 0 || start > end || end > dy[3]) return kBadSlice;
+  if (is_empty_work(dy, cos, start, end)) return kOk;
+  if (dy[3] > kMaxHeadDim) return kHeadDimTooLarge;
+  if ((end - start) % (mode == 2 ? 4 : 2) != 0) return kBadSliceLength;
+  for (int i = 0; i < 3; ++i) {
+    if (cos[i] != 1 && cos[i] != dy[i]) return kBadBroadcast;
+  }
+  if (cos[3] != end - start) return kBadCosLength;
+  return kOk;
+}
+
+}  // namespace ms_rotary
+
+#endif  // MS_ROTARY_KERNEL_COMMON_ROTARY_RULES_H_
