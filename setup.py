@@ -4,16 +4,15 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KERNEL_SOURCES = ["kernel/cpu/rotary_kernel.cc", "kernel/cpu/aot_entry.cc"]
-# Old C++ ABI: MindSpore's AOT interface passes std::string built that way (see SPEC).
-# No FMA contraction: fp32 results then match the numpy fallback bit for bit.
-BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+sys.path.insert(0, os.path.join(HERE, "kernel", "cpu"))
+import kernel_build  # noqa: E402  sources and flags, shared with the tests and benchmarks
 
 
 def build_kernel(out_path):
@@ -23,10 +22,9 @@ def build_kernel(out_path):
                            f"(from $CXX, default g++). Install one (Debian/Ubuntu: apt install g++; Fedora: dnf "
                            f"install gcc-c++; conda: conda install gxx_linux-64) or point CXX at it, then rerun.")
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    sources = [os.path.join(HERE, src) for src in KERNEL_SOURCES]
-    # The package is built where it runs; -march=native is dropped if the compiler refuses it.
-    for arch in (["-march=native"], []):
-        cmd = [compiler, *BASE_FLAGS, *arch, *sources, "-o", out_path]
+    sources = [os.path.join(HERE, src) for src in kernel_build.SOURCES]
+    for arch in (kernel_build.NATIVE, []):
+        cmd = [compiler, *kernel_build.LIBRARY_FLAGS, *kernel_build.FLAGS, *arch, *sources, "-o", out_path]
         print("building CPU kernel:", shlex.join(cmd))
         if subprocess.call(cmd) == 0:
             return

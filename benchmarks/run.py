@@ -3,8 +3,8 @@
     pip install ".[bench]" && python benchmarks/run.py [--quick]
 
 Prints a markdown table (shape, dtype, mode, ms, GB/s, % of copy bandwidth and of a same-bytes C loop, ratio vs
-each peer) and writes benchmarks/results/latest.md and benchmarks/results/bandwidth.png (GB/s vs problem size per
-implementation).
+each peer), writes benchmarks/results/latest.md and benchmarks/results/bandwidth.png (GB/s vs problem size per
+implementation), and appends the run's rows to benchmarks/runs.csv (not with --quick).
 Bytes counted are the bytes the op must move: the slice of dy read and written once, cos/sin read once.
 """
 import argparse
@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from rope_common import plain_rotary, rope_table  # noqa: E402  the same math from MindSpore built-ins
 from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES  # noqa: E402
+from runs_csv import RUNS_CSV, append_rows  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 NP_DTYPES = {"float32": np.float32, "bfloat16": None}
@@ -285,9 +286,12 @@ def main():
     emit("| case | dy shape | slice | mode | dtype | ms_rotary ms | GB/s | % numpy copy | % 2-thread memcpy | "
          "% same-bytes loop | x numpy | x MS built-ins | x MS ms.jit | x torch eager | x torch.compile |")
     emit("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    csv_rows = []
     for label, shape, (start, end), mode, dtype in LARGE_CASES:
         nbytes, times, relative = benchmark_case(shape, start, end, mode, dtype, repeats, copies=True, cold=True)
         ours = times["ms_rotary"]
+        case = f"{label} {list(shape)} [{start}, {end}) {ms_rotary.MODE_NAMES[mode]} {dtype}"
+        csv_rows += [(case, name, sec, nbytes) for name, sec in times.items()]
 
         def ratio(name):
             return f"{relative[name]:.1f}x" if name in relative else "n/a"
@@ -337,6 +341,7 @@ def main():
     for name, fn in per_call.items():
         overhead[name] = timed(fn, calls // (100 if "queued" in name else 1)) * 1e6 / (100 if "queued" in name else 1)
         emit(f"  {name}: {overhead[name]:.1f} us")
+    csv_rows += [("per call, tiny tensor [1, 1, 1, 8]", name, us / 1e6, None) for name, us in overhead.items()]
     ours_per_call = overhead["ms_rotary InplacePartialRotaryMulGrad"]
     queued = overhead["MindSpore built-in add (tiny), 100 queued per sync"]
     emit(f"  ratio ms_rotary / built-in add: {ours_per_call / overhead['MindSpore built-in add (tiny)']:.2f}x, "
@@ -346,7 +351,10 @@ def main():
     sweep(repeats, args.quick, max(copy_gbs.values()), emit)
     with open(os.path.join(RESULTS, "latest.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"wrote {os.path.join(RESULTS, 'latest.md')} and {os.path.join(RESULTS, 'bandwidth.png')}")
+    if not args.quick:
+        append_rows(csv_rows)
+    print(f"wrote {os.path.join(RESULTS, 'latest.md')} and {os.path.join(RESULTS, 'bandwidth.png')}"
+          + ("" if args.quick else f"; appended this run to {RUNS_CSV}"))
 
 
 def sweep(repeats, quick, best_copy, emit):

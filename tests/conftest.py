@@ -1,4 +1,6 @@
+import itertools
 import os
+import shutil
 import tempfile
 
 import mindspore as ms
@@ -6,14 +8,64 @@ import numpy as np
 import pytest
 from mindspore.graph.api import _pynative_executor
 
-# MindSpore writes rank_*/ and logs into the working directory: keep them out of the checkout.
-os.chdir(tempfile.mkdtemp(prefix="ms_rotary_tests_"))
+import builds
+
+# MindSpore writes rank_*/ and logs into the working directory: keep them out of the checkout (and remove
+# them at the end of the session).
+_START_DIR = os.getcwd()
+_WORK_DIR = tempfile.mkdtemp(prefix="ms_rotary_tests_")
+os.chdir(_WORK_DIR)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The C++ programs the selected tests use start building now, one at a time on one core, and the tests
+    that wait for them run last, after the Python tests have used the other core meanwhile."""
+    modules = {item.module.__name__ for item in items}
+    builds.start(modules & builds.USED_BY)
+    items.sort(key=lambda item: item.module.__name__ in builds.USED_BY)  # stable: order kept within each part
+
+
+def pytest_sessionfinish(session, exitstatus):
+    builds.clean_up()
+    os.chdir(_START_DIR)
+    shutil.rmtree(_WORK_DIR, ignore_errors=True)
 
 DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
 # atol = rtol per dy dtype, against float64 on the dtype-rounded inputs (SPEC: 1e-3, 1e-3, 1e-2).
 TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 4e-3}
 BROADCASTS = ("BSND", "111D", "1SND", "B1ND", "BS1D", "11ND", "B11D", "1S1D")
 BACKENDS = ("aot", "pyfunc")
+OPS = {"InplacePartialRotaryMul": True, "PartialRotaryMul": False, "InplacePartialRotaryMulGrad": True}  # in place?
+
+
+class Spread(tuple):
+    """An axis value that fills several test arguments (cycled_cases)."""
+
+
+def pairs(first, second):
+    """Every (a, b) of two axes, each filling two test arguments."""
+    return [Spread(pair) for pair in itertools.product(first, second)]
+
+
+def cycled_cases(main_axes, cycled_axes):
+    """pytest params: every combination of `main_axes` (lists of values; a Spread value fills several
+    arguments), each with one value per cycled axis, the values cycling (offset per axis) so each appears; the
+    rest of the full product is marked slow (`pytest -m slow` runs it)."""
+    for i, main in enumerate(itertools.product(*main_axes)):
+        for cycled in itertools.product(*(list(enumerate(axis)) for axis in cycled_axes)):
+            chosen = all(index == (i + k) % len(cycled_axes[k]) for k, (index, _) in enumerate(cycled))
+            values = [v for part in (*main, *(value for _, value in cycled))
+                      for v in (part if isinstance(part, Spread) else (part,))]
+            yield pytest.param(*values, marks=() if chosen else (pytest.mark.slow,))
+
+
+def apply_rotary_op(op_name, mode, partial_slice, t, cos, sin, transpose=False):
+    """The op's linear map of its first input (R for the forward ops, R^T for the grad op), or its transpose,
+    in float64 (tests/reference.py)."""
+    from reference import rotary_forward, rotary_grad
+
+    backward = (op_name == "InplacePartialRotaryMulGrad") != transpose
+    return (rotary_grad if backward else rotary_forward)(mode, t, cos, sin, *partial_slice)
 
 
 def cos_shape(dy_shape, pattern, length):
@@ -59,3 +111,21 @@ def exec_mode(request):
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     return request.param
+
+
+def kernel_bits(values, dtype):
+    """Random float32 values as the raw bits of `dtype` (bf16: the top half of the fp32 bits)."""
+    if dtype == "float32":
+        return values.astype(np.float32).view(np.uint32).copy()
+    if dtype == "float16":
+        return values.astype(np.float16).view(np.uint16).copy()
+    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def run_kernel(kernel, dy, cos, sin, dtypes, mode, start, end, conjugate, out=None):
+    """One call of library.CompiledKernel `kernel` on numpy arrays of kernel_bits, on one thread."""
+    dy_dtype, cos_dtype = dtypes
+    status = kernel.rotate(dy.ctypes.data, None if out is None else out.ctypes.data, cos.ctypes.data, sin.ctypes.data,
+                           dy.shape, cos.shape, sin.shape, dy_dtype, cos_dtype, cos_dtype, mode, start, end, conjugate,
+                           num_threads=1)
+    assert status == 0

@@ -3,53 +3,28 @@ against ms_rotary's shim of the AscendC APIs it uses (kernel/ascend/host_shim), 
 AddressSanitizer/UBSan on random inputs, against the float64 reference, every mode, direction and dtype
 pair. What only an NPU can confirm (the real APIs' semantics and timing, the CANN build) is in the README."""
 import itertools
-import os
-import shutil
 import subprocess
-import tempfile
 
 import numpy as np
 import pytest
 
-from conftest import BROADCASTS, cos_shape
+import builds
+from conftest import BROADCASTS, TOLERANCE, cos_shape
 from reference import rotary_forward, rotary_grad
 
-ASCEND = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend")
-COMMON = os.path.join(os.path.dirname(ASCEND), "common")
-SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
-TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 4e-3}
 UB_BYTES = 192 * 1024
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the host programs")
-
-
-def _build(sources, output, include_dirs):
-    command = ["g++", "-std=c++17", *SANITIZE, *(f"-I{d}" for d in include_dirs),
-               *(os.path.join(ASCEND, s) for s in sources), "-o", output]
-    subprocess.run(command, check=True, capture_output=True, text=True)
-    return output
+pytestmark = pytest.mark.skipif(not builds.HAVE_COMPILER, reason="needs g++ to build the host programs")
 
 
 @pytest.fixture(scope="module")
-def build_dir():
-    path = tempfile.mkdtemp(prefix="ms_rotary_ascend_host_")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def kernel_runner():
+    return builds.built("ascend kernel runner")
 
 
-@pytest.fixture(scope="module")
-def kernel_runner(build_dir):
-    return _build(["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp",
-                   "op_kernel/ms_rotary_partial_rotary_mul.cpp", "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"],
-                  os.path.join(build_dir, "run_kernel_host"),
-                  [os.path.join(ASCEND, "host_shim"), os.path.join(ASCEND, "op_host"), COMMON])
-
-
-def test_tiling_host_unit_tests(build_dir):
-    binary = _build(["tests/test_tiling.cpp", "op_host/rotary_tiling.cpp"], os.path.join(build_dir, "test_tiling"),
-                    [os.path.join(ASCEND, "op_host"), COMMON])
-    result = subprocess.run([binary], capture_output=True, text=True)
+def test_tiling_host_unit_tests():
+    result = subprocess.run([builds.built("ascend tiling tests")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "tiling host tests passed" in result.stdout
 

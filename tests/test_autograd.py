@@ -9,7 +9,7 @@ import pytest
 from mindspore import nn
 
 import ms_rotary
-from conftest import BACKENDS, DTYPES, TOLERANCE, random_tensor, to_float64
+from conftest import BACKENDS, DTYPES, TOLERANCE, cycled_cases, pairs, random_tensor, to_float64
 from reference import rotary_forward, rotary_grad
 
 SHAPE = (2, 3, 2, 16)
@@ -40,11 +40,9 @@ def _loss_fn(op):
 GEOMETRIES = {"narrow": (SHAPE, SLICE), "wide": ((2, 3, 2, 80), (3, 75)), "width 64": ((2, 3, 2, 80), (8, 72))}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("geometry", GEOMETRIES)
-@pytest.mark.parametrize("dtype,cos_dtype", list(itertools.product(DTYPES, DTYPES)))
-@pytest.mark.parametrize("mode", range(4))
-@pytest.mark.parametrize("op_class", [ms_rotary.InplacePartialRotaryMul, ms_rotary.PartialRotaryMul])
+@pytest.mark.parametrize("op_class,mode,dtype,cos_dtype,geometry,backend", cycled_cases(
+    [[ms_rotary.InplacePartialRotaryMul, ms_rotary.PartialRotaryMul], range(4), pairs(DTYPES, DTYPES)],
+    [list(GEOMETRIES), BACKENDS]))
 def test_grad_of_forward_is_the_grad_op(op_class, mode, dtype, cos_dtype, geometry, backend):
     shape, (start, end) = GEOMETRIES[geometry]
     rng = np.random.default_rng(mode)
@@ -120,10 +118,8 @@ def _numeric_cos_sin_grads(op_class, mode, x64, w64, cos64, sin64):
 ALL_OPS = [ms_rotary.InplacePartialRotaryMul, ms_rotary.PartialRotaryMul, ms_rotary.InplacePartialRotaryMulGrad]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op_class", ALL_OPS)
-@pytest.mark.parametrize("pattern_shape", [(1, 3, 1, 8), (2, 1, 2, 8), (2, 3, 2, 8)])
-@pytest.mark.parametrize("mode", range(4))
+@pytest.mark.parametrize("op_class,mode,pattern_shape,backend", cycled_cases(
+    [ALL_OPS, range(4)], [[(1, 3, 1, 8), (2, 1, 2, 8), (2, 3, 2, 8)], BACKENDS]))
 def test_cos_sin_gradients_match_finite_differences(mode, pattern_shape, op_class, backend, exec_mode):
     """cos/sin gradients, summed over their broadcast axes, for every op: from the target's kernel in
     PyNative, from MindSpore ops in graphs."""
@@ -204,8 +200,7 @@ def test_out_of_place_forward_accepts_a_non_contiguous_x():
     np.testing.assert_array_equal(base.asnumpy(), base64.astype(np.float32))
 
 
-@pytest.mark.parametrize("op_class", ALL_OPS)
-@pytest.mark.parametrize("dtype,cos_dtype", list(itertools.product(DTYPES, DTYPES)))
+@pytest.mark.parametrize("dtype,cos_dtype,op_class", cycled_cases([pairs(DTYPES, DTYPES)], [ALL_OPS]))
 def test_cos_sin_gradients_in_every_dtype_pair(dtype, cos_dtype, op_class, exec_mode):
     """Half-precision x and/or cos/sin: gradients summed in fp32 (MindSpore ops) or double (the kernel),
     rounded once to cos's dtype."""

@@ -1,6 +1,6 @@
-"""InplacePartialRotaryMulGrad against the float64 reference: every mode x dy dtype x cos/sin dtype x
-broadcast pattern x slice, on both backends, in PyNative (all, plus wide slices) and GRAPH_MODE (every
-combination of mode, dtypes and slice, cycling through the broadcast patterns)."""
+"""InplacePartialRotaryMulGrad against the float64 reference: every mode x dy dtype x cos/sin dtype x slice,
+cycling through the broadcast patterns, on both backends, in PyNative (plus wide slices) and GRAPH_MODE.
+`pytest -m slow` runs the full product with every broadcast pattern in PyNative."""
 import itertools
 
 import mindspore as ms
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ms_rotary
-from conftest import BACKENDS, BROADCASTS, DTYPES, TOLERANCE, cos_shape, random_tensor, to_float64
+from conftest import BACKENDS, BROADCASTS, DTYPES, TOLERANCE, cos_shape, cycled_cases, pairs, random_tensor, to_float64
 from reference import rotary_grad
 
 DY_SHAPE = (2, 3, 2, 16)
@@ -52,11 +52,8 @@ def check_against_reference(mode, dy_dtype, cos_dtype, pattern, slice_name, back
     np.testing.assert_array_equal(to_float64(dy)[..., end:], dy64[..., end:])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("slice_name", SLICES)
-@pytest.mark.parametrize("pattern", BROADCASTS)
-@pytest.mark.parametrize("dy_dtype,cos_dtype", DTYPE_PAIRS)
-@pytest.mark.parametrize("mode", range(4))
+@pytest.mark.parametrize("mode,dy_dtype,cos_dtype,slice_name,backend,pattern",
+                         cycled_cases([range(4), pairs(DTYPES, DTYPES), SLICES, BACKENDS], [BROADCASTS]))
 def test_pynative_matrix(mode, dy_dtype, cos_dtype, pattern, slice_name, backend):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     check_against_reference(mode, dy_dtype, cos_dtype, pattern, slice_name, backend, seed=mode * 7 + 1)
@@ -73,14 +70,8 @@ def test_pynative_wide_slices(mode, dy_dtype, cos_dtype, slice_name, backend):
                             dy_shape=WIDE_SHAPE, slices=WIDE_SLICES)
 
 
-GRAPH_CASES = [
-    (mode, dy_dtype, cos_dtype, BROADCASTS[i % len(BROADCASTS)], slice_name)
-    for i, (mode, (dy_dtype, cos_dtype), slice_name) in enumerate(itertools.product(range(4), DTYPE_PAIRS, SLICES))
-]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("mode,dy_dtype,cos_dtype,pattern,slice_name", GRAPH_CASES)
+@pytest.mark.parametrize("mode,dy_dtype,cos_dtype,backend,slice_name,pattern",
+                         cycled_cases([range(4), pairs(DTYPES, DTYPES), BACKENDS], [SLICES, BROADCASTS]))
 def test_graph_matrix(mode, dy_dtype, cos_dtype, pattern, slice_name, backend):
     ms.set_context(mode=ms.GRAPH_MODE)
     try:

@@ -2,23 +2,17 @@
 installed) and for SSE2, and run on buffers of exactly the tensors' sizes (tests/kernel_memcheck.cc), on
 geometries that take each of its row paths, in place and out of place, on one thread and two. Its outputs
 must also be the installed kernel's bits."""
-import os
-import platform
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
+import builds
 import ms_rotary
+from conftest import DTYPES, kernel_bits as bits_of, run_kernel as run
 from ms_rotary import library
-from test_kernel_builds import BASE_FLAGS, DTYPES, bits_of, run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-# setup.py's flags for the kernel (language, threads, no FMA contraction, ABI), minus those of an optimised
-# shared library: the checked build is a sanitized program.
-PROGRAM_FLAGS = [flag for flag in BASE_FLAGS if flag not in ("-O3", "-shared", "-fPIC")]
+
 # name: (dy shape, slice, cos/sin broadcast shape). The in-place kernel reads rows at most 3x their slice
 # whole (so their last row ends at the buffer's last byte) and prefetches the slices of sparser rows; slices
 # of 8 pairs are all tail at every SIMD width, 20 and 36 pairs fill 16-pair chunks and leave a tail.
@@ -31,20 +25,12 @@ GEOMETRIES = {
     "slice = row": ((2, 3, 2, 16), (0, 16), (2, 1, 1)),
 }
 
-# SIMD width: the installed build's (setup.py builds with -march=native) and, on x86-64, the narrowest.
-ARCHES = ["-march=native"] + (["-march=x86-64"] if platform.machine() == "x86_64" else [])
-
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the checked kernel")
+pytestmark = pytest.mark.skipif(not builds.HAVE_COMPILER, reason="needs g++ to build the checked kernel")
 
 
-@pytest.fixture(scope="module", params=ARCHES)
-def memcheck(request, tmp_path_factory):
-    binary = str(tmp_path_factory.mktemp("kernel_memcheck") / "kernel_memcheck")
-    kernel_dir = os.path.join(ROOT, "kernel", "cpu")
-    subprocess.run(["g++", *PROGRAM_FLAGS, *SANITIZE, request.param, "-I", kernel_dir,
-                    os.path.join(ROOT, "tests", "kernel_memcheck.cc"), os.path.join(kernel_dir, "rotary_kernel.cc"),
-                    "-o", binary], check=True)
-    return binary
+@pytest.fixture(scope="module", params=builds.MEMCHECK_ARCHES)
+def memcheck(request):
+    return builds.built(f"memcheck {request.param}")
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES)

@@ -8,8 +8,7 @@ import pytest
 from mindspore import Parameter, nn
 
 import ms_rotary
-from conftest import random_tensor
-from test_training_patterns import OPS, apply_op
+from conftest import OPS, apply_rotary_op, random_tensor
 
 SHAPE, SLICE, MODE = (2, 3, 2, 16), (4, 12), 1
 LEVEL_DTYPES = [("O1", ms.float16), ("O2", ms.float16), ("O3", ms.float16), ("O1", ms.bfloat16),
@@ -44,6 +43,10 @@ class Scaled(nn.Cell):
 class ScaledLoss(Scaled):
     def construct(self, x, cos, sin, w):
         return (self.op(x * self.scale, cos, sin).astype(ms.float32) * w).sum()
+
+
+def apply_op(op_name, t, cos, sin, transpose=False):
+    return apply_rotary_op(op_name, MODE, SLICE, t, cos, sin, transpose)
 
 
 def _inputs():

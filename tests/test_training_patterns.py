@@ -12,11 +12,9 @@ import pytest
 from mindspore import Parameter, nn
 
 import ms_rotary
-from conftest import DTYPES, TOLERANCE, random_tensor, to_float64
-from reference import rotary_forward, rotary_grad
+from conftest import DTYPES, OPS, TOLERANCE, apply_rotary_op, random_tensor, to_float64
 
 SHAPE, SLICE, MODE = (2, 3, 2, 16), (4, 12), 1
-OPS = {"InplacePartialRotaryMul": True, "PartialRotaryMul": False, "InplacePartialRotaryMulGrad": True}  # in place?
 EXEC_MODES = ("pynative", "ms.jit", "GRAPH_MODE")
 LEAF_ERROR = (ValueError, "is a leaf tensor that requires grad")
 # MindSpore 2.10's CPU kernels lack bf16 for AddN (a tensor used twice in a differentiated graph) and for the
@@ -29,9 +27,7 @@ SECOND_ORDER_ERROR = (ValueError, "second-order gradients")
 
 
 def apply_op(op_name, t, cos, sin, transpose=False):
-    """A t (transpose=False) or A^T t in float64."""
-    backward = (op_name == "InplacePartialRotaryMulGrad") != transpose
-    return (rotary_grad if backward else rotary_forward)(MODE, t, cos, sin, *SLICE)
+    return apply_rotary_op(op_name, MODE, SLICE, t, cos, sin, transpose)
 
 
 def f32(t):

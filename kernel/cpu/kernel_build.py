@@ -1,0 +1,8 @@
+"""How the CPU kernel is compiled, stated once for setup.py, the tests that rebuild it (narrower SIMD,
+sanitizers) and the benchmarks. Paths are relative to the repository root."""
+SOURCES = ["kernel/cpu/rotary_kernel.cc", "kernel/cpu/aot_entry.cc"]
+# Old C++ ABI: MindSpore's AOT interface passes std::string built that way (an attribute read segfaults
+# otherwise). No FMA contraction: fp32 results then match the numpy fallback bit for bit.
+FLAGS = ["-std=c++17", "-pthread", "-ffp-contract=off", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+LIBRARY_FLAGS = ["-O3", "-fPIC", "-shared"]
+NATIVE = ["-march=native"]  # the package is built where it runs (setup.py drops it if the compiler refuses)
