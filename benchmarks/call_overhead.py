@@ -5,8 +5,10 @@
 
 - not recording: the op on a tiny tensor (the kernel writes it in place), and on a [4, 4096, 32, 128] fp32
   tensor from memory (ms per call);
-- recording: ms.value_and_grad of a function making K calls in a row, minus the same function without
-  them, per call: the forward route (view, out-of-place kernel, rebinding) plus its backward."""
+- recording: ms.value_and_grad of a function making K calls, each on a tensor of its own (as each layer
+  rotates its own q), minus the same function with each call replaced by the identity, per call: the forward route (view,
+  out-of-place kernel, rebinding, version bump) plus its backward; and K calls in a row on one tensor, where
+  the n-th call moves the version counter n times (functions.py)."""
 import argparse
 import statistics
 import time
@@ -53,18 +55,25 @@ def main():
     print(f"not recording, [4, 4096, 32, 128] fp32: {median_seconds(lambda: big_op(big, big_cos, big_sin), 3) * 1e3:.1f}"
           f" ms per call")
 
-    def with_calls(calls):
+    def with_calls(rotate, chained):
         def loss(x):
+            total = x.sum()
             q = x * 1.0
-            for _ in range(calls):
-                q = op(q, cos, sin)
-            return q.sum()
+            for i in range(args.calls):
+                q = rotate(q if chained else x * float(i + 1), cos, sin)
+                total = total + q.sum()
+            return total
         return ms.value_and_grad(loss)
 
+    def identity(q, cos, sin):
+        return q
+
     x = tiny.copy()
-    with_k, without = with_calls(args.calls), with_calls(0)
-    per_call = (median_seconds(lambda: with_k(x), 20) - median_seconds(lambda: without(x), 20)) / args.calls
-    print(f"recording, tiny tensor: {per_call * 1e6:.1f} us per call (forward and backward, {args.calls} calls)")
+    for chained in (False, True):
+        with_k, without = with_calls(op, chained), with_calls(identity, chained)
+        per_call = (median_seconds(lambda: with_k(x), 10) - median_seconds(lambda: without(x), 10)) / args.calls
+        what = f"{args.calls} calls in a row on one tensor" if chained else "each call on its own tensor"
+        print(f"recording, tiny tensor, {what}: {per_call * 1e6:.1f} us per call (forward and backward)")
 
     def big_loss(x):
         return big_op(x * 1.0, big_cos, big_sin).sum()
@@ -73,7 +82,7 @@ def main():
         return (x * 1.0).sum()
 
     big_grad, big_base = ms.value_and_grad(big_loss), ms.value_and_grad(big_baseline)
-    cost = median_seconds(lambda: big_grad(big), 1) - median_seconds(lambda: big_base(big), 1)
+    cost = median_seconds(lambda: big_grad(big), 4) - median_seconds(lambda: big_base(big), 4)
     print(f"recording, [4, 4096, 32, 128] fp32: {cost * 1e3:.1f} ms per call (forward and backward)")
 
 

@@ -1,4 +1,4 @@
-"""The large shapes the benchmarks report: run.py through MindSpore, kernel_ab.py on the kernel alone."""
+"""The benchmark configuration run.py (through MindSpore) and kernel_ab.py (the kernel alone) share."""
 LARGE_CASES = [  # (label, shape, slice, mode, dtype)
     ("GPT-NeoX-like", (4, 4096, 32, 128), (0, 64), 0, "float32"),
     ("GPT-NeoX-like", (4, 4096, 32, 128), (0, 64), 0, "bfloat16"),
@@ -8,3 +8,5 @@ LARGE_CASES = [  # (label, shape, slice, mode, dtype)
 ]
 # Cost follows the slice, not D: fp32, half mode, slice [0, 64) of dy [1, 8192, 32, D], for each D here.
 D_SCALING_ROWS, D_SCALING_DS = (1, 8192, 32), (64, 1024)
+# The same-bytes loop (slice_touch.c), compiled the same way by run.py and kernel_ab.py.
+LOOP_FLAGS = ["-O3", "-march=native", "-pthread"]

@@ -4,51 +4,65 @@ With --against REV, the kernel at that git revision is built too and the two bui
 them, and comparing each to the loop in the same process, is what makes a 10-20% difference visible on
 machines this noisy.
     python benchmarks/kernel_ab.py [--against REV] [--rounds N]      e.g. --against HEAD~1
+    python benchmarks/kernel_ab.py --build DIR                       builds kernel_rows into DIR only
 """
 import argparse
 import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 
-from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES
+from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "kernel", "cpu"))
+import kernel_build  # noqa: E402
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
 CASES = {f"{label.removesuffix('-like')} {DTYPE_NAMES[dtype]}": (shape, (start, end), mode, dtype)
          for label, shape, (start, end), mode, dtype in LARGE_CASES}
 CASES.update({f"D={d} fp32": (D_SCALING_ROWS + (d,), (0, 64), 0, "float32") for d in D_SCALING_DS})
-FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-pthread"]
+def build_loop(out_dir):
+    """slice_touch.c as an object: the loop every kernel build is compared with."""
+    loop = os.path.join(out_dir, "slice_touch.o")
+    subprocess.run(["cc", *LOOP_FLAGS, "-c", os.path.join(ROOT, "benchmarks", "slice_touch.c"), "-o", loop], check=True)
+    return loop
 
 
 def build(kernel_dir, slice_touch, out_dir, name):
+    """kernel_rows with the kernel in kernel_dir, compiled as setup.py compiles the library's code."""
     binary = os.path.join(out_dir, name)
-    subprocess.run(["g++", *FLAGS, "-I", kernel_dir, os.path.join(ROOT, "benchmarks", "kernel_rows.cc"),
-                    os.path.join(kernel_dir, "rotary_kernel.cc"), slice_touch, "-o", binary], check=True)
+    subprocess.run(["g++", "-O3", *kernel_build.NATIVE, *kernel_build.FLAGS, "-I", kernel_dir,
+                    os.path.join(ROOT, "benchmarks", "kernel_rows.cc"), os.path.join(kernel_dir, "rotary_kernel.cc"),
+                    slice_touch, "-o", binary], check=True)
     return binary
 
 
 def kernel_at(rev, out_dir):
-    kernel_dir = os.path.join(out_dir, "kernel_" + re.sub(r"\W", "_", rev))
-    os.makedirs(kernel_dir)
-    for source in ("rotary_kernel.cc", "rotary_kernel.h"):
-        text = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:kernel/cpu/{source}"], check=True,
-                              capture_output=True, text=True).stdout
-        with open(os.path.join(kernel_dir, source), "w") as f:
-            f.write(text)
-    return kernel_dir
+    """kernel/ of git revision `rev`, written under out_dir; returns its cpu/ directory."""
+    root = os.path.join(out_dir, "kernel_" + re.sub(r"\W", "_", rev))
+    listed = subprocess.run(["git", "-C", ROOT, "ls-tree", "-r", "--name-only", rev, "kernel/cpu", "kernel/common"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    for path in listed:
+        target = os.path.join(root, os.path.relpath(path, "kernel"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(subprocess.run(["git", "-C", ROOT, "show", f"{rev}:{path}"], check=True, capture_output=True).stdout)
+    return os.path.join(root, "cpu")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", metavar="REV", help="also build and run the kernel at this git revision")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--build", metavar="DIR", help="only build DIR/kernel_rows (for kernel_rows.sh) and exit")
     args = parser.parse_args()
+    if args.build:
+        print(build(os.path.join(ROOT, "kernel", "cpu"), build_loop(args.build), args.build, "kernel_rows"))
+        return
     with tempfile.TemporaryDirectory() as out_dir:
-        slice_touch = os.path.join(out_dir, "slice_touch.o")  # the loop: the same object in every build
-        subprocess.run(["cc", "-O3", "-march=native", "-c", os.path.join(ROOT, "benchmarks", "slice_touch.c"), "-o",
-                        slice_touch], check=True)
+        slice_touch = build_loop(out_dir)  # the loop: the same object in every build
         builds = {"working tree": build(os.path.join(ROOT, "kernel", "cpu"), slice_touch, out_dir, "kernel_rows_tree")}
         if args.against:
             builds[args.against] = build(kernel_at(args.against, out_dir), slice_touch, out_dir, "kernel_rows_rev")

@@ -4,10 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
-cc -O3 -march=native -c benchmarks/slice_touch.c -o "$out/slice_touch.o"
-g++ -O3 -march=native -std=c++17 -ffp-contract=off -pthread -Ikernel/cpu benchmarks/kernel_rows.cc \
-  kernel/cpu/rotary_kernel.cc "$out/slice_touch.o" -o "$out/kernel_rows"
-run() { "$out/kernel_rows" "$@"; }
+binary=$(python3 benchmarks/kernel_ab.py --build "$out")
+run() { "$binary" "$@"; }
 echo "from cache (dy 1 MB or less, 1 thread): per-row compute"
 for dtype in float32 float16 bfloat16; do
   for mode in 0 1 2; do run 1 64 32 128 0 64 $mode $dtype 1 2000; done

@@ -30,7 +30,7 @@ from ms_rotary import library, numpy_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from rope_common import plain_rotary, rope_table  # noqa: E402  the same math from MindSpore built-ins
-from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES  # noqa: E402
+from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS  # noqa: E402
 from runs_csv import RUNS_CSV, append_rows  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
@@ -102,7 +102,7 @@ def load_slice_touch():
     """slice_touch.c compiled here (the package's build already needs a C compiler); None if that fails."""
     library = os.path.join(RESULTS, "slice_touch.so")
     source = os.path.join(HERE, "slice_touch.c")
-    if subprocess.run(["cc", "-O3", "-march=native", "-shared", "-fPIC", "-pthread", source, "-o", library]).returncode:
+    if subprocess.run(["cc", *LOOP_FLAGS, "-shared", "-fPIC", source, "-o", library]).returncode:
         return None
     touch = ctypes.CDLL(library).slice_touch
     touch.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_ubyte]

@@ -144,15 +144,16 @@ def require_whole_storage(dy, dy_name="dy"):
                          f"and use the result, or call the op in PyNative")
 
 
-def check_eager_inputs(dy, cos, sin, dy_name="dy", writes_dy=True):
-    """Rules a live tensor shows: types and, when the op writes dy, contiguity and no aliasing."""
+def check_eager_inputs(dy, cos, sin, dy_name="dy", in_place=True, writes_memory=True):
+    """Rules a live tensor shows: types; an in-place call's dy contiguous, and, when the call writes its
+    memory, not overlapping cos/sin."""
     for name, value in ((dy_name, dy), ("cos", cos), ("sin", sin)):
         if not isinstance(value, ms.Tensor):
             raise TypeError(f"{_PREFIX}: {name} must be a mindspore.Tensor, got {type(value).__name__}")
-    if not writes_dy:
+    if not in_place:
         return
     require_contiguous(dy, dy_name)
-    if dy.size == 0:
+    if not writes_memory or dy.size == 0:
         return
     dy_lo, dy_hi = _byte_range(dy)
     for name, value in (("cos", cos), ("sin", sin)):

@@ -16,6 +16,8 @@ In place under autograd, per execution mode (README, "Autograd and in place"):
   q = linear(h).reshape(...)) returns zero gradients on CPU; so other views of that memory keep the old
   values. A leaf that requires grad is refused, as MindSpore refuses in-place writes to it.
 - PyNative otherwise (inference, inside a first-order bprop): the kernel writes x's memory, nothing else."""
+import functools
+
 import mindspore as ms
 from mindspore import context, nn, ops
 from mindspore.graph.api import _pynative_executor
@@ -113,7 +115,7 @@ class RotaryBackward(_SliceBounds):
     def _eager(self, x, cos, sin, dout):
         dx = self.transpose(dout, cos, sin)
         if not (cos._requires_grad or sin._requires_grad):
-            return dx, ops.zeros_like(cos), ops.zeros_like(sin)
+            return dx, None, None  # nothing asks for them (MindSpore makes zeros if something does)
         y_side, x_side = self.sides(x, dout)
         if is_recording():
             dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos),
@@ -252,10 +254,16 @@ class _RebindSource(RotaryFunction):
 
 def _bump_version(x, times):
     """Moves x's version counter (shared with its views) on by `times`: an in-place copy of zero elements
-    into a view of x, recorded by no autograd, is MindSpore's one public way to do it."""
+    into a view of x, recorded by no autograd, is MindSpore's one public way to do it (~0.25 ms a time; the
+    flattened view, as x[0:0] can become a StridedSlice kernel, which has no bf16 kernel on CPU)."""
     if not x.size:
         return
+    empty = _empty(x.dtype)
     with ms._no_grad():
-        empty = ops.zeros((0,), x.dtype)
         for _ in range(times):
             x.view(-1)[0:0].copy_(empty)
+
+
+@functools.lru_cache(maxsize=8)
+def _empty(dtype):
+    return ops.zeros((0,), dtype)

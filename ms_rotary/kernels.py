@@ -10,10 +10,13 @@ MindSpore's own InplaceCopy (functions.InPlaceRotary), whose ordering of reads, 
 the write MindSpore knows, and it does not for a custom op (a slice of x read before a custom in-place
 write saw the write). Eagerly, an in-place call writes x's memory itself.
 
-Eager calls bypass ops.Custom: MindSpore 2.10's PyNative ops.Custom hands an AOT kernel a private copy of
-any view tensor (reshape, view and slicing outputs, e.g. q after a linear layer), so an in-place write there
-would be lost; it also costs ~100 us a call. The eager kernel writes through Tensor.data_ptr() after
-MindSpore's async op queue has drained, so earlier reads of dy see the old values and later ops the new."""
+In PyNative an in-place call bypasses ops.Custom: MindSpore 2.10's PyNative ops.Custom hands an AOT kernel a
+private copy of any view tensor (reshape, view and slicing outputs, e.g. q after a linear layer), so an
+in-place write there would be lost. The eager kernel writes through Tensor.data_ptr() after MindSpore's async
+op queue has drained, so earlier reads of dy see the old values and later ops the new. A small out-of-place
+call goes through ops.Custom in PyNative too: it joins MindSpore's queue (~100 us of dispatch) instead of
+draining it, which costs 1-3 ms whenever other work is queued, as it always is in a backward; a large one
+runs eagerly, where that wait is small beside the kernel and the private copy of a view is not."""
 import ctypes
 import functools
 
@@ -28,6 +31,9 @@ from mindspore.ops.auto_generate import Clone
 from . import library, numpy_kernel
 from .constraints import check_dtypes, check_shapes, element_dtype, is_empty_work, require_contiguous, resolve_slice
 
+# Out of place, PyNative: from this many elements (a kernel of a few ms, beside which the queue's drain is
+# small) the eager kernel, below it ops.Custom (module docstring).
+EAGER_OUT_OF_PLACE_MIN_SIZE = 1 << 22
 DTYPE_NAMES = {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}
 _HOST_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": numpy_kernel.BF16_BITS}
 
@@ -120,7 +126,7 @@ class RotaryKernel(nn.Cell):
                               refuse_constant_input=self.call.in_place, input_name=self.call.input_name, **kwargs)
 
     def __call__(self, dy, cos, sin):
-        if is_eager(self.device_target):
+        if is_eager(self.device_target) and (self.call.in_place or dy.size >= EAGER_OUT_OF_PLACE_MIN_SIZE):
             return self.run_eager(dy, cos, sin)
         return super().__call__(dy, cos, sin)
 

@@ -13,7 +13,7 @@ from mindspore import context
 
 from .call import RotaryCall
 from .constraints import check_eager_inputs, normalize_mode, normalize_slice, require_whole_storage
-from .functions import InPlaceRotary, RotaryFunction
+from .functions import InPlaceRotary, RotaryFunction, is_pynative, is_recording
 
 
 class _RotaryOp:
@@ -35,7 +35,10 @@ class _RotaryOp:
         if len(args) != 3 or kwargs:
             raise TypeError(f"ms_rotary: {type(self).__name__} takes ({self._input_name}, cos, sin), "
                             f"got {len(args)} positional and {sorted(kwargs)} keyword arguments")
-        check_eager_inputs(*args, dy_name=self._input_name, writes_dy=self._in_place)
+        # While PyNative autograd records, an in-place call rebinds x instead of writing its memory: no aliasing
+        # to check (reading data_ptr would also wait for MindSpore's queue).
+        writes_memory = self._in_place and not (is_pynative() and is_recording())
+        check_eager_inputs(*args, dy_name=self._input_name, in_place=self._in_place, writes_memory=writes_memory)
         graph = context._get_mode() == ms.GRAPH_MODE
         if graph and self._in_place:
             require_whole_storage(args[0], self._input_name)
