@@ -23,7 +23,8 @@ def build_kernel(out_path):
                            f"install gcc-c++; conda: conda install gxx_linux-64) or point CXX at it, then rerun.")
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     sources = [os.path.join(HERE, src) for src in kernel_build.SOURCES]
-    for arch in (kernel_build.NATIVE, []):
+    # native falls back to the baseline if the compiler refuses -march=native
+    for arch in dict.fromkeys(map(tuple, (kernel_build.arch_flags(os.environ), []))):
         cmd = [compiler, *kernel_build.LIBRARY_FLAGS, *kernel_build.FLAGS, *arch, *sources, "-o", out_path]
         print("building CPU kernel:", shlex.join(cmd))
         if subprocess.call(cmd) == 0:
@@ -31,6 +32,8 @@ def build_kernel(out_path):
     raise RuntimeError(f"could not build the ms_rotary CPU kernel with {compiler}")
 
 
+with open(os.path.join(HERE, "ms_rotary", "version.py")) as version_file:
+    VERSION = version_file.read().split('"')[1]  # the one place the version is written
 KERNEL_PATH = os.path.join(HERE, "ms_rotary", "lib", "libms_rotary_cpu.so")
 
 
@@ -53,15 +56,18 @@ class BinaryDistribution(Distribution):
 
 setup(
     name="ms_rotary",
-    version="0.1.0",
+    version=VERSION,
     description="Partial rotary position embedding (RoPE) forward and backward as MindSpore custom ops",
     packages=["ms_rotary", "ms_rotary.op_info"],
     package_dir={"ms_rotary": "ms_rotary", "ms_rotary.op_info": "op_info"},
     python_requires=">=3.9,<3.12",
-    install_requires=["mindspore==2.10.0", "numpy==1.26.4"],
+    license="Apache-2.0",
+    # Compatible ranges for users; the extras pin what CI and the tests run on.
+    install_requires=["mindspore>=2.10,<2.11", "numpy>=1.24"],
     extras_require={
-        "test": ["pytest==9.0.3", "hypothesis==6.155.2", "tqdm==4.70.1", "psutil==7.2.2"],
-        "demo": ["tqdm==4.70.1"],
+        "test": ["mindspore==2.10.0", "numpy==1.26.4", "pytest==9.0.3", "hypothesis==6.155.2", "tqdm==4.70.1",
+                 "psutil==7.2.2"],
+        "demo": ["mindspore==2.10.0", "numpy==1.26.4", "tqdm==4.70.1"],
         "bench": ["torch==2.13.0", "matplotlib==3.11.2"],
     },
     cmdclass={"build_ext": BuildKernel},

@@ -2,9 +2,13 @@
 position, the second half by the block position (0 in the context, 1, 2, ... in the generated span)."""
 import numpy as np
 
-from rope_common import RotaryAttention, as_bsnd, rope_table, self_check
+import ms_rotary
+from rope_common import RotaryAttention, self_check
 
-D_MODEL, N_HEADS, HEAD_DIM = 64, 4, 16
+# ChatGLM-6B's config, shrunk (hidden 4096, 32 heads, position_encoding_2d; each half is a rotary of D/2 lanes).
+CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "position_encoding_2d": True, "max_sequence_length": 2048}
+D_MODEL, N_HEADS = CONFIG["hidden_size"], CONFIG["num_attention_heads"]
+HEAD_DIM = D_MODEL // N_HEADS
 
 
 def build_attention(use_ms_rotary=True):
@@ -15,9 +19,8 @@ def rope_tables(seq_len, context_len=None):
     context_len = seq_len // 2 if context_len is None else context_len
     positions = np.minimum(np.arange(seq_len), context_len - 1)  # generated tokens keep the last context position
     block_positions = np.maximum(np.arange(seq_len) - context_len + 1, 0)
-    cos1, sin1 = rope_table(positions, HEAD_DIM // 2, "halves")
-    cos2, sin2 = rope_table(block_positions, HEAD_DIM // 2, "halves")
-    return as_bsnd(np.concatenate([cos1, cos2], -1)), as_bsnd(np.concatenate([sin1, sin2], -1))
+    return ms_rotary.rope_cos_sin(np.stack([positions, block_positions], -1), HEAD_DIM, "quarter",
+                                  max_position_embeddings=CONFIG["max_sequence_length"])
 
 
 if __name__ == "__main__":

@@ -4,9 +4,18 @@ by all heads, rotated by the same op with N = 1 (cos/sin broadcast)."""
 import numpy as np
 from mindspore import nn, ops
 
-from rope_common import as_bsnd, causal_attention, rope_table, rotary_cell, self_check
+import ms_rotary
+from rope_common import causal_attention, rotary_cell, self_check
 
-D_MODEL, N_HEADS, NOPE_DIM, ROPE_DIM, V_DIM, KV_RANK = 64, 4, 16, 8, 16, 32
+# A Hugging Face DeepseekV3Config, shrunk (DeepSeek-V3: qk_nope 128, qk_rope 64, kv_lora_rank 512, v 128),
+# with its YaRN rope_scaling as published.
+CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+          "v_head_dim": 16, "kv_lora_rank": 32, "rope_theta": 10000.0, "max_position_embeddings": 163840,
+          "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                           "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}
+D_MODEL, N_HEADS = CONFIG["hidden_size"], CONFIG["num_attention_heads"]
+NOPE_DIM, ROPE_DIM, V_DIM, KV_RANK = (CONFIG[key] for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                                             "kv_lora_rank"))
 QK_DIM = NOPE_DIM + ROPE_DIM  # 24: rotate [16, 24) of each query head
 
 
@@ -35,8 +44,10 @@ def build_attention(use_ms_rotary=True):
 
 
 def rope_tables(seq_len):
-    cos, sin = rope_table(np.arange(seq_len), ROPE_DIM, "halves")  # y (output) layout is halves
-    return as_bsnd(cos), as_bsnd(sin)
+    # YaRN on the rope part only (frequencies over qk_rope_head_dim lanes); cos/sin in halves, the output layout
+    return ms_rotary.rope_cos_sin(np.arange(seq_len), ROPE_DIM, "interleave-half", rope_theta=CONFIG["rope_theta"],
+                                  rope_scaling=CONFIG["rope_scaling"],
+                                  max_position_embeddings=CONFIG["max_position_embeddings"])
 
 
 if __name__ == "__main__":

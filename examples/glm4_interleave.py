@@ -1,10 +1,14 @@
 """GLM-4 / ChatGLM2-3 / GPT-J-style attention: interleaved pairs (mode 1) on the first half of each head."""
 import numpy as np
 
-from rope_common import RotaryAttention, as_bsnd, rope_table, self_check
+import ms_rotary
+from rope_common import RotaryAttention, self_check
 
-D_MODEL, N_HEADS, HEAD_DIM = 64, 4, 16
-ROT_DIM = HEAD_DIM // 2  # GLM-4 rotates D/2
+# A Hugging Face Glm4Config, shrunk (GLM-4-9B: head_dim 128, partial_rotary_factor 0.5, rope_theta 10000).
+CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "head_dim": 16, "partial_rotary_factor": 0.5,
+          "rope_theta": 10000.0, "max_position_embeddings": 131072}
+D_MODEL, N_HEADS, HEAD_DIM = CONFIG["hidden_size"], CONFIG["num_attention_heads"], CONFIG["head_dim"]
+ROT_DIM = int(HEAD_DIM * CONFIG["partial_rotary_factor"])  # 8: rotate [0, 8) of each 16-wide head
 
 
 def build_attention(use_ms_rotary=True):
@@ -12,8 +16,8 @@ def build_attention(use_ms_rotary=True):
 
 
 def rope_tables(seq_len):
-    cos, sin = rope_table(np.arange(seq_len), ROT_DIM, "pairs")
-    return as_bsnd(cos), as_bsnd(sin)
+    return ms_rotary.rope_cos_sin(np.arange(seq_len), ROT_DIM, "interleave", rope_theta=CONFIG["rope_theta"],
+                                  max_position_embeddings=CONFIG["max_position_embeddings"])
 
 
 if __name__ == "__main__":

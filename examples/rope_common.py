@@ -1,4 +1,4 @@
-"""Pieces the attention examples share: cos/sin tables, the same rotary written with plain MindSpore ops
+"""Pieces the attention examples share: the same rotary written with plain MindSpore ops
 (the yardstick each example checks itself against), a causal attention core and the self-check."""
 import math
 
@@ -7,20 +7,6 @@ import numpy as np
 from mindspore import nn, ops
 
 import ms_rotary
-
-
-def rope_table(positions, rot_dim, layout, base=10000.0):
-    """cos, sin of shape [S, rot_dim] for the given positions. layout "halves": [f0..f_{h-1}, f0..f_{h-1}]
-    (GPT-NeoX rotate-half); "pairs": [f0, f0, f1, f1, ...] (GPT-J interleave)."""
-    inv_freq = 1.0 / base ** (np.arange(0, rot_dim, 2, dtype=np.float64) / rot_dim)
-    angles = np.outer(np.asarray(positions, np.float64), inv_freq)
-    angles = np.concatenate([angles, angles], -1) if layout == "halves" else np.repeat(angles, 2, -1)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-
-def as_bsnd(table):
-    """[S, L] -> a [1, S, 1, L] tensor that broadcasts over batch and heads."""
-    return ms.Tensor(table[None, :, None, :])
 
 
 # --- the same rotary with plain MindSpore ops -------------------------------------------------------------

@@ -9,6 +9,11 @@ learns to look back K+1 positions, which rotary position embedding makes easy.
     python examples/train_tiny_lm.py --mode quarter          # ChatGLM-6B 2D
     python examples/train_tiny_lm.py --mode interleave-half  # DeepSeek MLA
     python examples/train_tiny_lm.py --mode all              # each in turn
+
+Data parallel on 2 CPU processes with MindSpore's launcher (each rank trains on its half of every batch; the
+gradients are averaged across ranks, so the weights match a single process trained on the whole batch):
+
+    msrun --worker_num=2 --local_worker_num=2 --join=True examples/train_tiny_lm.py --data-parallel
 """
 import argparse
 import os
@@ -97,17 +102,47 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--pynative", action="store_true", help="run eagerly instead of GRAPH_MODE")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--check-loss", action=argparse.BooleanOptionalAction, default=True,
+                        help="exit 1 unless the loss falls by half (off for short runs)")
+    parser.add_argument("--data-parallel", action="store_true", help="one rank of an msrun data-parallel job")
+    parser.add_argument("--save-weights", metavar="PATH", help="write the trained weights to PATH (.npz); "
+                        "{rank} in PATH becomes the process's rank")
     args = parser.parse_args(argv)
+    ms.set_device("CPU")
+    if args.data_parallel:
+        join_data_parallel_job()
     modes = list(LAYERS) if args.mode == "all" else [args.mode]
-    failed = [mode for mode in modes if not train(args, mode)]
+    failed = [mode for mode in modes if not train(args, mode) and args.check_loss]
     if failed:
         print(f"the loss did not fall by half for {failed}: training failed")
     return 1 if failed else 0
 
 
+def join_data_parallel_job():
+    """Under msrun: join the process group; TrainOneStepCell then averages gradients across ranks."""
+    from mindspore.communication import init
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+
+
+def rank_and_size():
+    if ms.get_auto_parallel_context("parallel_mode") != ms.ParallelMode.DATA_PARALLEL:
+        return 0, 1
+    from mindspore.communication import get_group_size, get_rank
+    return get_rank(), get_group_size()
+
+
+def local_rows(tensors, rank, size):
+    """This rank's share of a global batch (every rank draws the same global batch from the same seed)."""
+    rows = tensors[0].shape[0]
+    if rows % size:
+        raise SystemExit(f"--batch {rows} must divide over {size} ranks")
+    share = rows // size
+    return [t[rank * share:(rank + 1) * share] for t in tensors]
+
+
 def train(args, mode):
     """Trains one model; True when the loss fell by more than half."""
-    ms.set_device("CPU")
     ms.set_context(mode=ms.PYNATIVE_MODE if args.pynative else ms.GRAPH_MODE)
     ms.set_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -116,14 +151,17 @@ def train(args, mode):
     model = TinyLM(layer_module, args.vocab, args.layers)
     optimizer = nn.Adam(model.trainable_params(), learning_rate=args.lr)
     step = nn.TrainOneStepCell(CopyLoss(model, args.vocab), optimizer)
-    print(f"ms_rotary demo: rotary mode {mode!r} ({layer_module.__doc__.splitlines()[0]})")
+    rank, size = rank_and_size()
+    print(f"ms_rotary demo: rotary mode {mode!r} ({layer_module.__doc__.splitlines()[0]})"
+          + (f"; rank {rank} of {size}, data parallel" if size > 1 else ""))
     print(f"copy task, vocab {args.vocab}, {args.copy_len} tokens to copy; chance-level loss "
           f"ln({args.vocab - 2}) = {np.log(args.vocab - 2):.3f}; "
           f"{'PyNative' if args.pynative else 'GRAPH_MODE'}, {args.steps} steps")
     history, started = [], time.perf_counter()
     with tqdm(range(1, args.steps + 1), unit="step", dynamic_ncols=True) as bar:
         for index in bar:
-            loss = float(step(*copy_batch(rng, args.batch, args.copy_len, args.vocab), cos, sin).asnumpy())
+            batch = local_rows(copy_batch(rng, args.batch, args.copy_len, args.vocab), rank, size)
+            loss = float(step(*batch, cos, sin).asnumpy())
             history.append(loss)
             bar.set_postfix(loss=f"{loss:.4f}")
             if index == 1 or index % 50 == 0:
@@ -131,6 +169,9 @@ def train(args, mode):
     first, last = np.mean(history[:10]), np.mean(history[-10:])
     print(f"[{mode}] loss {first:.4f} -> {last:.4f} (mean of the first and last 10 steps) "
           f"in {time.perf_counter() - started:.1f} s")
+    if args.save_weights:
+        path = args.save_weights.replace("{rank}", str(rank)).replace(".npz", f"_{mode}.npz")
+        np.savez(path, **{p.name: p.asnumpy() for p in model.trainable_params()})
     return last < 0.5 * first
 
 

@@ -4,14 +4,16 @@ from .constraints import MAX_HEAD_DIM
 from .library import compiled_kernel_path
 from .modes import MODE_NAMES
 from .ops import InplacePartialRotaryMul, InplacePartialRotaryMulGrad, PartialRotaryMul, partial_rotary_mul
+from .tables import rope_cos_sin
+from .version import __version__
 
-__version__ = "0.1.0"
 
 __all__ = [
     "InplacePartialRotaryMulGrad",
     "InplacePartialRotaryMul",
     "PartialRotaryMul",
     "partial_rotary_mul",
+    "rope_cos_sin",
     "MODE_NAMES",
     "MAX_HEAD_DIM",
     "BACKEND_ENV_VAR",

@@ -18,7 +18,9 @@ ASCEND = os.path.join(ROOT, "kernel", "ascend")
 COMMON = os.path.join(ROOT, "kernel", "common")
 SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 # SIMD builds: name: (compiler flags, CPU flags the build needs). SSE2: 4-pair chunks; AVX2 + F16C: 8.
-SIMD_BUILDS = {"sse2": (["-march=x86-64"], set()), "avx2": (["-march=haswell"], {"avx2", "f16c", "fma", "bmi2"})}
+# portable: what MS_ROTARY_ARCH=portable builds (setup.py), the compiler's baseline.
+SIMD_BUILDS = {"sse2": (["-march=x86-64"], set()), "avx2": (["-march=haswell"], {"avx2", "f16c", "fma", "bmi2"}),
+               "portable": (kernel_build.arch_flags({kernel_build.ARCH_ENV: "portable"}), set())}
 # The sanitized kernel at the installed SIMD width and, on x86-64, the narrowest.
 MEMCHECK_ARCHES = kernel_build.NATIVE + (["-march=x86-64"] if platform.machine() == "x86_64" else [])
 HAVE_COMPILER = shutil.which("g++") is not None

@@ -1,4 +1,4 @@
-"""Float64 reference of the operator, written from the formulas in shared/SPEC.md with chunk/stack/cat,
+"""Float64 reference of the operator, written from the formulas in docs/operator.md with chunk/stack/cat,
 independently of ms_rotary's lane tables and kernels."""
 import numpy as np
 

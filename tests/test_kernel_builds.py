@@ -1,6 +1,7 @@
 """The CPU kernel built for narrower SIMD than the installed one (SSE2: 4-pair chunks; AVX2 + F16C: 8-pair
 chunks; an AVX-512 build has 16) writes the same bits as the installed kernel, which the other tests hold
-bit-identical to the numpy kernel: the code paths of machines without AVX-512, checked on this one."""
+bit-identical to the numpy kernel: the code paths of machines without AVX-512, checked on this one; and the
+portable build (MS_ROTARY_ARCH=portable, the compiler's baseline) a wheel for other machines gets."""
 import platform
 
 import numpy as np
@@ -55,3 +56,11 @@ def test_narrower_simd_builds_write_the_same_bits(entries, build, mode, dy_dtype
     np.testing.assert_array_equal(results[build][1], results["installed"][1])
     np.testing.assert_array_equal(results["installed"][0], results["installed"][1])  # in place == out of place
     assert not np.array_equal(results["installed"][0], dy)  # the slice was rotated
+
+
+def test_arch_choice_is_checked():
+    import kernel_build
+    assert kernel_build.arch_flags({}) == kernel_build.NATIVE
+    assert not any(flag.startswith("-march") for flag in kernel_build.arch_flags({kernel_build.ARCH_ENV: "portable"}))
+    with pytest.raises(ValueError, match="MS_ROTARY_ARCH='haswell'"):
+        kernel_build.arch_flags({kernel_build.ARCH_ENV: "haswell"})

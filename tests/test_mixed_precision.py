@@ -2,6 +2,11 @@
 returning the rotated tensor (has_aux), and ms.amp.build_train_network's one training step, in PyNative and
 GRAPH_MODE, for all three ops, against the float64 reference. The network is elementwise around the op, with
 a weight shaped like x (MindSpore 2.10 has no bf16 MatMul or ReduceSum on CPU)."""
+import os
+import signal
+import subprocess
+import sys
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -17,8 +22,8 @@ LEVEL_DTYPES = [("O1", ms.float16), ("O2", ms.float16), ("O3", ms.float16), ("O1
 # "Graph cycle" (with its own Tensor.copy_ too); fp16 avoids it (kernels.alias_after_write).
 BF16_AUX_CYCLE = (RuntimeError, "Graph cycle exists")
 # MindSpore 2.10, PyNative O2/O3 bf16 on CPU: a bf16 ReduceSum in the network's own backward has no kernel,
-# with or without ms_rotary in it (NoRotary).
-BF16_PYNATIVE_REDUCE = (RuntimeError, "Reduce does not support this kernel data type")
+# with or without ms_rotary in it (NoRotary); after that error the process segfaults within a few more calls.
+BF16_PYNATIVE_REDUCE = "Reduce does not support this kernel data type"
 
 
 class NoRotary(nn.Cell):
@@ -75,11 +80,8 @@ def test_auto_mixed_precision_value_and_grad_with_aux(level, dtype, op_name, amp
     step = ms.value_and_grad(net, grad_position=None, weights=[scaled.scale], has_aux=True)
     if dtype == ms.bfloat16 and level in ("O2", "O3"):
         if amp_exec_mode == "pynative":
-            without = Scaled(NoRotary())
-            for weight, fn in ((scaled.scale, net), (without.scale, ms.amp.auto_mixed_precision(without, level, dtype=dtype))):
-                with pytest.raises(BF16_PYNATIVE_REDUCE[0], match=BF16_PYNATIVE_REDUCE[1]):
-                    ms.value_and_grad(fn, grad_position=None, weights=[weight], has_aux=True)(x, cos, sin, w)
-            return
+            pytest.skip("MindSpore 2.10 cannot differentiate this net (see test_pynative_bf16_o2_o3_never_returns_"
+                        "numbers); its error path corrupts the process, so that test runs it in subprocesses")
         if OPS[op_name]:
             with pytest.raises(BF16_AUX_CYCLE[0], match=BF16_AUX_CYCLE[1]):
                 step(x, cos, sin, w)
@@ -102,3 +104,37 @@ def test_build_train_network_one_step(level, op_name, amp_exec_mode):
     train(x, cos, sin, w)
     expected = _SCALE - 0.1 * _expected_scale_grad(op_name, x64, cos64, sin64, w64)
     np.testing.assert_allclose(net.scale.asnumpy(), expected, rtol=2e-2, atol=2e-2)
+
+
+_BF16_PYNATIVE_CASE = """
+import sys
+sys.path.insert(0, {tests!r})
+import mindspore as ms
+import ms_rotary
+import test_mixed_precision as t
+(x, cos, sin, w), _ = t._inputs()
+net = t.Scaled(t.NoRotary() if {op!r} == "NoRotary" else getattr(ms_rotary, {op!r})(t.MODE, list(t.SLICE)))
+fn = ms.amp.auto_mixed_precision(net, {level!r}, dtype=ms.bfloat16)
+try:
+    (_, y), (grad,) = ms.value_and_grad(fn, grad_position=None, weights=[net.scale], has_aux=True)(x, cos, sin, w)
+except RuntimeError as error:
+    print("raised:", str(error).splitlines()[0])
+else:
+    print("numbers:", grad.asnumpy().ravel()[:4])
+"""
+
+
+@pytest.mark.parametrize("level", ["O2", "O3"])
+def test_pynative_bf16_o2_o3_never_returns_numbers(level):
+    """PyNative, bf16 O2/O3: MindSpore has no bf16 ReduceSum for the network's own backward, with or without
+    ms_rotary (NoRotary), so no gradient comes back; each case runs in its own process because MindSpore's
+    error path there segfaults within a few calls. A MindSpore error or crash is accepted, numbers are not."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    cases = [*OPS, "NoRotary"]
+    runs = [subprocess.Popen([sys.executable, "-c", _BF16_PYNATIVE_CASE.format(tests=tests, op=op, level=level)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for op in cases]
+    for op, run in zip(cases, runs):
+        out, err = run.communicate(timeout=300)
+        assert "numbers:" not in out, f"{op}: {out}"
+        crashed = run.returncode == -signal.SIGSEGV
+        assert crashed or (BF16_PYNATIVE_REDUCE in out or BF16_PYNATIVE_REDUCE in err), f"{op}: {out}{err[-2000:]}"

@@ -1,0 +1,107 @@
+"""What a user gains per training step: one attention block (q/k/v projections, partial rotary on q and k, causal
+attention, output projection), forward + backward + SGD update, with the rotary as ms_rotary's in-place op, as
+the same rotary written with plain MindSpore ops (examples/rope_common.py), and with no rotary at all (the
+rotary's share of the step is measured against that). Run alone (2 cores are easily saturated):
+
+    python benchmarks/train_step.py                 # GRAPH_MODE and PyNative, fp32 (bf16: see below)
+
+Rows go to benchmarks/runs.csv (case "train_step ..."). bf16 is attempted and reported as refused when
+MindSpore 2.10 has no CPU kernel for the block's own ops (MatMul, softmax)."""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+from mindspore.graph.api import _pynative_executor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+import ms_rotary  # noqa: E402
+from rope_common import RotaryAttention  # noqa: E402
+from runs_csv import append_rows  # noqa: E402
+
+# name: (batch, seq, heads, head_dim, mode, rotated slice)
+SHAPES = {
+    "NeoX-like S=512 N=8 D=64 rot 16": (1, 512, 8, 64, "half", [0, 16]),
+    "GLM-4-like S=1024 N=8 D=128 rot 64": (1, 1024, 8, 128, "interleave", [0, 64]),
+}
+
+
+class NoRotary(nn.Cell):
+    def construct(self, x, cos, sin):
+        return x
+
+
+class Loss(nn.Cell):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def construct(self, x, cos, sin):
+        return (self.block(x, cos, sin) ** 2).mean()
+
+
+def make_step(shape, rotary, dtype):
+    b, s, n, d, mode, partial_slice = shape
+    block = RotaryAttention(n * d, n, d, mode, partial_slice, use_ms_rotary=rotary == "ms_rotary")
+    if rotary == "none":
+        block.rope = NoRotary()
+    if dtype != ms.float32:
+        block.to_float(dtype)
+    step = nn.TrainOneStepCell(Loss(block), nn.SGD(block.trainable_params(), learning_rate=1e-3))
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(rng.standard_normal((b, s, n * d)).astype(np.float32), dtype)
+    cos, sin = ms_rotary.rope_cos_sin(np.arange(s), partial_slice[1] - partial_slice[0], mode, dtype=dtype)
+    return lambda: step(x, cos, sin)
+
+
+def median_step_seconds(step, steps, rounds):
+    step()  # compile / warm up
+    _pynative_executor.sync()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(steps):
+            out = step()
+        out.asnumpy()
+        samples.append((time.perf_counter() - start) / steps)
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    ms.set_device("CPU")
+    rows = []
+    print("| shape | exec | dtype | ms_rotary step | plain-ops step | no-rotary step | speed-up | rotary share "
+          "(ms_rotary / plain) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for exec_mode in ("GRAPH_MODE", "PYNATIVE_MODE"):
+        ms.set_context(mode=getattr(ms, exec_mode))
+        for dtype in (ms.float32, ms.bfloat16):
+            for name, shape in SHAPES.items():
+                case = f"train_step {name} {exec_mode} {dtype}"
+                try:
+                    times = {rotary: median_step_seconds(make_step(shape, rotary, dtype), args.steps, args.rounds)
+                             for rotary in ("ms_rotary", "plain", "none")}
+                except (RuntimeError, TypeError, ValueError) as error:
+                    print(f"| {name} | {exec_mode} | {dtype} | refused by MindSpore: "
+                          f"{next((line for line in str(error).splitlines() if line.strip()), '')[:90]} | | | | |")
+                    _pynative_executor.clear_res()
+                    continue
+                ours, plain, none = times["ms_rotary"], times["plain"], times["none"]
+                print(f"| {name} | {exec_mode} | {dtype} | {ours * 1e3:.1f} ms | {plain * 1e3:.1f} ms | "
+                      f"{none * 1e3:.1f} ms | {plain / ours:.2f}x | {max(ours - none, 0) / ours:.0%} / "
+                      f"{max(plain - none, 0) / plain:.0%} |", flush=True)
+                rows += [(case, rotary, seconds, None) for rotary, seconds in times.items()]
+    append_rows(rows)
+
+
+if __name__ == "__main__":
+    main()
