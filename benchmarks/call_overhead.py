@@ -8,16 +8,25 @@
 - recording: ms.value_and_grad of a function making K calls, each on a tensor of its own (as each layer
   rotates its own q), minus the same function with each call replaced by the identity, per call: the forward route (view,
   out-of-place kernel, rebinding, version bump) plus its backward; and K calls in a row on one tensor, where
-  the n-th call moves the version counter n times (functions.py)."""
+  the n-th call moves the version counter n times (functions.py);
+- beside each recording figure, the same rotary written with plain MindSpore ops (examples/rope_common.py).
+
+Rows go to benchmarks/runs.csv (case "per call ...")."""
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import mindspore as ms
 import numpy as np
 from mindspore.graph.api import _pynative_executor
 
-import ms_rotary
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+import ms_rotary  # noqa: E402
+from rope_common import plain_rotary  # noqa: E402
+from runs_csv import append_rows  # noqa: E402
 
 ROUNDS = 5
 
@@ -47,13 +56,25 @@ def main():
     parser.add_argument("--calls", type=int, default=20, help="calls per recorded function (K)")
     args = parser.parse_args()
     op = ms_rotary.InplacePartialRotaryMul(0, [0, 8])
+    rows = []
+
+    def report(case, implementation, seconds, unit):
+        scale = 1e6 if unit == "us" else 1e3
+        print(f"{case}, {implementation}: {seconds * scale:.1f} {unit} per call")
+        rows.append((f"per call, {case}", implementation, seconds, None))
 
     tiny, cos, sin = tensors((1, 2, 1, 16), 8)
-    print(f"not recording, tiny tensor: {median_seconds(lambda: op(tiny, cos, sin), 500) * 1e6:.1f} us per call")
+    report("not recording, tiny tensor", "ms_rotary", median_seconds(lambda: op(tiny, cos, sin), 500), "us")
     big, big_cos, big_sin = tensors((4, 4096, 32, 128), 64)
     big_op = ms_rotary.InplacePartialRotaryMul(0, [0, 64])
-    print(f"not recording, [4, 4096, 32, 128] fp32: {median_seconds(lambda: big_op(big, big_cos, big_sin), 3) * 1e3:.1f}"
-          f" ms per call")
+    report("not recording, [4, 4096, 32, 128] fp32", "ms_rotary",
+           median_seconds(lambda: big_op(big, big_cos, big_sin), 3), "ms")
+
+    def plain(q, cos, sin):
+        return plain_rotary(q, cos, sin, 0, 0, cos.shape[-1])
+
+    def identity(q, cos, sin):
+        return q
 
     def with_calls(rotate, chained):
         def loss(x):
@@ -65,26 +86,23 @@ def main():
             return total
         return ms.value_and_grad(loss)
 
-    def identity(q, cos, sin):
-        return q
-
     x = tiny.copy()
     for chained in (False, True):
-        with_k, without = with_calls(op, chained), with_calls(identity, chained)
-        per_call = (median_seconds(lambda: with_k(x), 10) - median_seconds(lambda: without(x), 10)) / args.calls
-        what = f"{args.calls} calls in a row on one tensor" if chained else "each call on its own tensor"
-        print(f"recording, tiny tensor, {what}: {per_call * 1e6:.1f} us per call (forward and backward)")
+        case = (f"recording, tiny tensor, {args.calls} calls in a row on one tensor" if chained
+                else "recording, tiny tensor, each call on its own tensor")
+        baseline = median_seconds(lambda: with_calls(identity, chained)(x), 10)
+        for name, rotate in (("ms_rotary", op), ("plain MindSpore ops", plain)):
+            grad = with_calls(rotate, chained)
+            report(case, name, (median_seconds(lambda: grad(x), 10) - baseline) / args.calls, "us")
 
-    def big_loss(x):
-        return big_op(x * 1.0, big_cos, big_sin).sum()
+    def big_grad(rotate):
+        return ms.value_and_grad(lambda x: rotate(x * 1.0, big_cos, big_sin).sum())
 
-    def big_baseline(x):
-        return (x * 1.0).sum()
-
-    big_grad, big_base = ms.value_and_grad(big_loss), ms.value_and_grad(big_baseline)
-    cost = median_seconds(lambda: big_grad(big), 4) - median_seconds(lambda: big_base(big), 4)
-    print(f"recording, [4, 4096, 32, 128] fp32: {cost * 1e3:.1f} ms per call (forward and backward)")
-
+    big_baseline = median_seconds(lambda: big_grad(identity)(big), 2)
+    for name, rotate in (("ms_rotary", big_op), ("plain MindSpore ops", plain)):
+        grad = big_grad(rotate)
+        report("recording, [4, 4096, 32, 128] fp32", name, median_seconds(lambda: grad(big), 2) - big_baseline, "ms")
+    append_rows(rows)
 
 if __name__ == "__main__":
     main()

@@ -59,23 +59,32 @@ def make_step(shape, rotary, dtype):
     return lambda: step(x, cos, sin)
 
 
-def median_step_seconds(step, steps, rounds):
-    step()  # compile / warm up
-    _pynative_executor.sync()
-    samples = []
+def first_message_line(error):
+    """MindSpore's messages open with rules of dashes and a heading; the first two lines with words say what
+    failed."""
+    words = [line.strip(" -") for line in str(error).splitlines() if line.strip(" -")]
+    return " ".join(words[:2])
+
+
+def median_step_seconds(steps_by_name, steps, rounds):
+    """Rounds interleave the variants, so drift in the machine's speed hits them alike."""
+    for step in steps_by_name.values():
+        step().asnumpy()  # compile / warm up
+    samples = {name: [] for name in steps_by_name}
     for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(steps):
-            out = step()
-        out.asnumpy()
-        samples.append((time.perf_counter() - start) / steps)
-    return statistics.median(samples)
+        for name, step in steps_by_name.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                out = step()
+            out.asnumpy()
+            samples[name].append((time.perf_counter() - start) / steps)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     ms.set_device("CPU")
     rows = []
@@ -88,11 +97,11 @@ def main():
             for name, shape in SHAPES.items():
                 case = f"train_step {name} {exec_mode} {dtype}"
                 try:
-                    times = {rotary: median_step_seconds(make_step(shape, rotary, dtype), args.steps, args.rounds)
-                             for rotary in ("ms_rotary", "plain", "none")}
+                    times = median_step_seconds({rotary: make_step(shape, rotary, dtype)
+                                                 for rotary in ("ms_rotary", "plain", "none")}, args.steps, args.rounds)
                 except (RuntimeError, TypeError, ValueError) as error:
                     print(f"| {name} | {exec_mode} | {dtype} | refused by MindSpore: "
-                          f"{next((line for line in str(error).splitlines() if line.strip()), '')[:90]} | | | | |")
+                          f"{first_message_line(error)[:120]} | | | | |")
                     _pynative_executor.clear_res()
                     continue
                 ours, plain, none = times["ms_rotary"], times["plain"], times["none"]
