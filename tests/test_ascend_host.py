@@ -3,6 +3,7 @@ against ms_rotary's shim of the AscendC APIs it uses (kernel/ascend/host_shim), 
 AddressSanitizer/UBSan on random inputs, against the float64 reference, every mode, direction and dtype
 pair. What only an NPU can confirm (the real APIs' semantics and timing, the CANN build) is in the README."""
 import itertools
+import json
 import subprocess
 
 import numpy as np
@@ -100,9 +101,71 @@ def test_kernel_edge_shapes(kernel_runner, tmp_path, name, conjugate):
                 cores, ub_bytes, seed=len(name))
 
 
+# Blocks of many rows (few cores): the paths where one cos row serves several rows of a block.
+BLOCK_CASES = {  # name: (dy dtype, cos dtype, dy shape, cos shape, start, end, cores, unified buffer bytes)
+    "blocks start mid-group, cos shared by heads": ("float32", "float32", (2, 5, 4, 40), (1, 5, 1, 16), 8, 24, 3,
+                                                    UB_BYTES),
+    "several blocks per core, crossing groups": ("bfloat16", "float32", (2, 8, 4, 32), (2, 8, 1, 32), 0, 32, 2,
+                                                 16 * 1024),
+    "one cos row for more than 255 rows": ("float16", "bfloat16", (1, 300, 2, 16), (1, 1, 1, 16), 0, 16, 1,
+                                           UB_BYTES),
+    "a cos row per head, shared over positions": ("bfloat16", "float16", (2, 5, 4, 40), (1, 1, 4, 16), 8, 24, 3,
+                                                  UB_BYTES),
+    "cos shared by a batch, slice over 64 lanes": ("float32", "bfloat16", (3, 4, 2, 160), (3, 1, 1, 144), 16, 160,
+                                                   4, UB_BYTES),
+}
+
+
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("mode", range(4))
+@pytest.mark.parametrize("name", BLOCK_CASES)
+def test_kernel_blocks_of_many_rows(kernel_runner, tmp_path, name, mode, conjugate):
+    dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end, cores, ub_bytes = BLOCK_CASES[name]
+    run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end,
+                cores, ub_bytes, seed=mode)
+
+
+@pytest.mark.parametrize("mode", range(4))
+def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path, mode):
+    """Guards the throughput design (benchmarks/ascend_model.py): instructions per block, not per row; cos
+    rows shared by the heads read once; two buffers per queue with no explicit flag waits; no per-lane
+    scalar writes; only the slice's bytes copied."""
+    dy_shape, cos_shape_, start, end, cores = (2, 8, 8, 96), (1, 8, 1, 64), 16, 80, 2
+    run_on_host(kernel_runner, tmp_path, False, mode, "bfloat16", "float32", dy_shape, cos_shape_, start, end,
+                cores, UB_BYTES)  # right, first
+    header = np.array([0, mode, 2, 0, *dy_shape, *cos_shape_, start, end, cores, UB_BYTES], np.int64)
+    (tmp_path / "in.bin").write_bytes(header.tobytes())
+    subprocess.run([kernel_runner, str(tmp_path / "in.bin"), str(tmp_path / "out.bin"), str(tmp_path / "c.json")],
+                   check=True)
+    counts = json.loads((tmp_path / "c.json").read_text())
+    rows_per_core = dy_shape[0] * dy_shape[1] * dy_shape[2] // cores
+    assert counts["rows_per_loop"] == rows_per_core  # one block per core here
+    for core in counts["cores"]:
+        assert core["queue_buffers"] == 2 and core["flag_waits"] == 0 and core["scalar_writes"] == 0
+        slice_bytes = rows_per_core * (end - start) * 2
+        cos_rows = rows_per_core // dy_shape[2]
+        assert core["mte2"] == [3, rows_per_core + 2 * cos_rows, slice_bytes + 2 * cos_rows * 64 * 4]
+        assert core["mte3"] == [1, rows_per_core, slice_bytes]
+        instructions = sum(v[0] for v in core["vector"].values())
+        assert instructions < 90 < rows_per_core * 2, core["vector"]  # the table build and one block's steps
+
+
 def test_tiling_refusal_reaches_the_launcher(kernel_runner, tmp_path):
     header = np.array([1, 0, 0, 0, 1, 2, 1, 16, 1, 2, 1, 8, 0, 8, 4, 256], np.int64)  # 256 bytes of UB: no room
     source = tmp_path / "in.bin"
     source.write_bytes(header.tobytes() + bytes(2 * 16 * 4 + 2 * 2 * 8 * 4))
     result = subprocess.run([kernel_runner, str(source), str(tmp_path / "out.bin")], capture_output=True)
     assert result.returncode == 2
+
+
+def test_cost_model_reads_the_counts(kernel_runner, tmp_path):
+    """benchmarks/ascend_model.py on a small launch: a time above the HBM bound, an efficiency in (0, 1]."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import ascend_model
+    args = type("Args", (), {"hbm_gbs": ascend_model.HBM_GBS, "clock_ghz": ascend_model.CLOCK_GHZ})()
+    case = ("small", (2, 64, 8, 128), (1, 64, 1, 64), (0, 64), 0, "bfloat16")
+    us, efficiency, limit = ascend_model.model(ascend_model.count(kernel_runner, str(tmp_path), case, True), case, args)
+    hbm_us = 2 * 2 * 64 * 8 * 64 * 2 / (ascend_model.HBM_GBS * 1e3)
+    assert us > hbm_us + ascend_model.LAUNCH_US and 0 < efficiency < 1 and limit in ("HBM", "vector", "scalar")

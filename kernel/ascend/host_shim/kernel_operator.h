@@ -1,15 +1,24 @@
-// Host-side stand-in for the few AscendC APIs the rotary kernel uses (ms_rotary's own, not CANN's):
-// the kernel sources compile with g++ and run on the CPU, one "core" (block) after another. Buffers are
-// separate heap allocations of their exact size, so AddressSanitizer sees any overrun, and each TPipe
-// checks that what it allocates fits the unified buffer size the tiling was computed for.
+// Host-side stand-in for the AscendC APIs the rotary kernel uses (ms_rotary's own, not CANN's): the kernel
+// sources compile with g++ and run on the CPU, one "core" (block) after another. Semantics follow the
+// asc-devkit API documents listed in kernel/ascend/README.md, with their constraints checked: 32-byte
+// aligned operands, counts within the tensor, no partial overlap, Gather's source distinct from its
+// destination, a queue's buffers used in order. Buffers are separate heap allocations of their exact size
+// (AddressSanitizer sees any overrun), start as garbage, and each TPipe checks the total fits the unified
+// buffer the tiling was computed for. Every call is counted per core (shim::counts), for
+// benchmarks/ascend_model.py.
 #ifndef MS_ROTARY_HOST_SHIM_KERNEL_OPERATOR_H_
 #define MS_ROTARY_HOST_SHIM_KERNEL_OPERATOR_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../op_host/ms_rotary_partial_rotary_mul_tiling.h"
@@ -29,6 +38,26 @@ extern int64_t block_idx;
 extern int64_t tiling_key;
 extern int64_t ub_limit;  // bytes of unified buffer per core
 
+// What one core did in one launch.
+struct Counts {
+  struct Vector {
+    int64_t instructions = 0, elements = 0, repeats = 0;  // a repeat: 256 bytes of the widest operand
+  };
+  std::map<std::string, Vector> vector;  // by instruction kind
+  struct Transfers {
+    int64_t transfers = 0, bursts = 0, bytes = 0;  // bursts: the contiguous blocks of a strided copy
+  };
+  Transfers mte2, mte3;  // GM -> UB, UB -> GM
+  int64_t barriers = 0, flag_waits = 0, queue_waits = 0, scalar_writes = 0;
+  int64_t queue_buffers = 0;  // fewest buffers of any in/out queue: 1 serializes copy-in, compute, copy-out
+};
+extern std::vector<Counts> counts;  // indexed by block_idx
+
+inline Counts &now() {
+  if (static_cast<int64_t>(counts.size()) <= block_idx) counts.resize(block_idx + 1);
+  return counts[block_idx];
+}
+
 [[noreturn]] inline void fail(const char *what) {
   std::fprintf(stderr, "ascend host shim: %s\n", what);
   std::abort();
@@ -38,6 +67,7 @@ inline void check(bool ok, const char *what) {
 }
 inline float to_float(float v) { return v; }
 inline float to_float(half v) { return static_cast<float>(v); }
+inline float to_float(int32_t v) { return static_cast<float>(v); }
 inline float to_float(bfloat16_t v) {
   uint32_t bits = static_cast<uint32_t>(v.bits) << 16;
   float f;
@@ -51,7 +81,7 @@ inline float from_float<float>(float v) { return v; }
 template <>
 inline half from_float<half>(float v) { return static_cast<half>(v); }
 template <>
-inline bfloat16_t from_float<bfloat16_t>(float v) {
+inline bfloat16_t from_float<bfloat16_t>(float v) {  // round to nearest even
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return bfloat16_t{static_cast<uint16_t>((bits >> 16) | 0x40u)};
@@ -70,7 +100,7 @@ namespace AscendC {
 inline int64_t GetBlockIdx() { return shim::block_idx; }
 
 enum class HardEvent { MTE2_V, V_MTE3 };
-enum class RoundMode { CAST_NONE, CAST_RINT };
+enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR };
 enum class QuePosition { VECIN, VECOUT };
 enum class TPosition { VECCALC };
 enum pipe_t { PIPE_V };
@@ -78,23 +108,27 @@ constexpr int EVENT_ID0 = 0;
 template <HardEvent E>
 inline void SetFlag(int) {}
 template <HardEvent E>
-inline void WaitFlag(int) {}
+inline void WaitFlag(int) {
+  ++shim::now().flag_waits;
+}
 template <pipe_t P>
-inline void PipeBarrier() {}
+inline void PipeBarrier() {
+  ++shim::now().barriers;
+}
 
-// A view of `size` elements of a unified-buffer allocation.
+// A view of `size` elements of a unified-buffer allocation starting at `base`.
 template <typename T>
 class LocalTensor {
  public:
   LocalTensor() = default;
-  LocalTensor(T *ptr, int64_t size) : ptr_(ptr), size_(size) {}
+  LocalTensor(T *ptr, int64_t size, const uint8_t *base) : ptr_(ptr), size_(size), base_(base) {}
   LocalTensor operator[](int64_t offset) const {
     shim::check(offset >= 0 && offset <= size_, "LocalTensor offset out of range");
-    return LocalTensor(ptr_ + offset, size_ - offset);
+    return LocalTensor(ptr_ + offset, size_ - offset, base_);
   }
   template <typename U>
   LocalTensor<U> ReinterpretCast() const {
-    return LocalTensor<U>(reinterpret_cast<U *>(ptr_), size_ * static_cast<int64_t>(sizeof(T)) / sizeof(U));
+    return LocalTensor<U>(reinterpret_cast<U *>(ptr_), size_ * static_cast<int64_t>(sizeof(T)) / sizeof(U), base_);
   }
   T GetValue(int64_t i) const {
     shim::check(i >= 0 && i < size_, "GetValue out of range");
@@ -102,14 +136,17 @@ class LocalTensor {
   }
   void SetValue(int64_t i, T v) const {
     shim::check(i >= 0 && i < size_, "SetValue out of range");
+    ++shim::now().scalar_writes;
     ptr_[i] = v;
   }
   T *data() const { return ptr_; }
   int64_t size() const { return size_; }
+  int64_t byte_offset() const { return reinterpret_cast<const uint8_t *>(ptr_) - base_; }
 
  private:
   T *ptr_ = nullptr;
   int64_t size_ = 0;
+  const uint8_t *base_ = nullptr;
 };
 
 template <typename T>
@@ -130,54 +167,88 @@ class GlobalTensor {
 struct Buffer {
   std::unique_ptr<uint8_t[]> bytes;
   int64_t size = 0;
+  template <typename T>
+  LocalTensor<T> view() const {
+    return LocalTensor<T>(reinterpret_cast<T *>(bytes.get()), size / static_cast<int64_t>(sizeof(T)), bytes.get());
+  }
 };
-
-class TPipe;
 
 template <TPosition P>
 class TBuf {
  public:
   template <typename T>
   LocalTensor<T> Get() const {
-    return LocalTensor<T>(reinterpret_cast<T *>(buffer_.bytes.get()), buffer_.size / static_cast<int64_t>(sizeof(T)));
+    return buffer_.view<T>();
   }
   Buffer buffer_;
 };
 
+// A queue of `num` buffers (TPipe::InitBuffer): each is allocated, enqueued by its producer, dequeued by
+// its consumer (which waits on the producer there), then freed; two buffers let one stage fill the next
+// while another drains the last.
 template <QuePosition P, int DEPTH>
 class TQue {
  public:
   template <typename T>
   LocalTensor<T> AllocTensor() {
-    shim::check(!allocated_, "TQue: AllocTensor twice without FreeTensor");
-    allocated_ = true;
-    return LocalTensor<T>(reinterpret_cast<T *>(buffer_.bytes.get()), buffer_.size / static_cast<int64_t>(sizeof(T)));
+    for (size_t k = 0; k < buffers_.size(); ++k) {
+      const size_t i = (next_ + k) % buffers_.size();
+      if (state_[i] == kFree) {
+        state_[i] = kAllocated;
+        next_ = i + 1;
+        return buffers_[i].template view<T>();
+      }
+    }
+    shim::fail("TQue: AllocTensor with every buffer in use");
   }
   template <typename T>
-  void EnQue(const LocalTensor<T> &) {
-    queued_ = true;
+  void EnQue(const LocalTensor<T> &t) {
+    const size_t i = find(t.data());
+    shim::check(state_[i] == kAllocated, "TQue: EnQue of a buffer not allocated");
+    shim::check(static_cast<int>(fifo_.size()) < DEPTH, "TQue: EnQue beyond the queue depth");
+    state_[i] = kQueued;
+    fifo_.push_back(i);
   }
   template <typename T>
   LocalTensor<T> DeQue() {
-    shim::check(queued_, "TQue: DeQue before EnQue");
-    queued_ = false;
-    return LocalTensor<T>(reinterpret_cast<T *>(buffer_.bytes.get()), buffer_.size / static_cast<int64_t>(sizeof(T)));
+    shim::check(!fifo_.empty(), "TQue: DeQue before EnQue");
+    const size_t i = fifo_.front();
+    fifo_.pop_front();
+    state_[i] = kAllocated;
+    ++shim::now().queue_waits;
+    return buffers_[i].template view<T>();
   }
   template <typename T>
-  void FreeTensor(const LocalTensor<T> &) {
-    allocated_ = false;
+  void FreeTensor(const LocalTensor<T> &t) {
+    const size_t i = find(t.data());
+    shim::check(state_[i] == kAllocated, "TQue: FreeTensor of a buffer not held");
+    state_[i] = kFree;
   }
-  Buffer buffer_;
+  std::vector<Buffer> buffers_;
+  std::vector<int> state_;
 
  private:
-  bool allocated_ = false, queued_ = false;
+  enum { kFree = 0, kAllocated = 1, kQueued = 2 };
+  template <typename T>
+  size_t find(const T *ptr) const {
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      if (reinterpret_cast<const uint8_t *>(ptr) == buffers_[i].bytes.get()) return i;
+    }
+    shim::fail("TQue: a tensor that is not one of the queue's buffers");
+  }
+  std::deque<size_t> fifo_;
+  size_t next_ = 0;
 };
 
 class TPipe {
  public:
   template <QuePosition P, int DEPTH>
   void InitBuffer(TQue<P, DEPTH> &que, int num, int64_t bytes) {
-    Allocate(que.buffer_, num * bytes);
+    que.buffers_.resize(num);
+    que.state_.assign(num, 0);
+    for (auto &buffer : que.buffers_) Allocate(buffer, bytes);
+    shim::Counts &c = shim::now();
+    c.queue_buffers = c.queue_buffers == 0 || num < c.queue_buffers ? num : c.queue_buffers;
   }
   template <TPosition P>
   void InitBuffer(TBuf<P> &buf, int64_t bytes) {
@@ -190,6 +261,7 @@ class TPipe {
     used_ += bytes;
     shim::check(used_ <= shim::ub_limit, "the kernel's buffers exceed the unified buffer");
     buffer.bytes.reset(new uint8_t[bytes]);
+    std::memset(buffer.bytes.get(), 0xff, bytes);  // garbage: NaN as float, -1 as int
     buffer.size = bytes;
   }
   int64_t used_ = 0;
@@ -210,70 +282,185 @@ struct DataCopyPadExtParams {
   T paddingValue{};
 };
 
+// Strides of one repeat-form vector instruction, in 32-byte blocks.
+struct BinaryRepeatParams {
+  uint8_t dstBlkStride, src0BlkStride, src1BlkStride;
+  uint8_t dstRepStride, src0RepStride, src1RepStride;
+};
+
 inline int64_t Align32(int64_t bytes) { return (bytes + 31) / 32 * 32; }
 
-// GM -> UB: blockCount blocks of blockLen bytes; each lands 32-byte aligned in UB.
+template <typename T>
+inline void check_aligned(const LocalTensor<T> &t) {
+  shim::check(t.byte_offset() % 32 == 0, "UB operand not 32-byte aligned");
+}
+
+inline void count_transfer(shim::Counts::Transfers &c, const DataCopyExtParams &p) {
+  ++c.transfers;
+  c.bursts += p.blockCount;
+  c.bytes += static_cast<int64_t>(p.blockCount) * p.blockLen;
+}
+
+// GM -> UB: blockCount blocks of blockLen bytes; each lands 32-byte aligned in UB, its padding undefined.
 template <typename T>
 void DataCopyPad(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const DataCopyExtParams &p,
                  const DataCopyPadExtParams<T> &) {
+  check_aligned(dst);
+  shim::check(p.blockLen % sizeof(T) == 0 && p.blockCount <= 4095, "DataCopyPad GM->UB parameters");
   const int64_t pitch = Align32(p.blockLen) + 32 * static_cast<int64_t>(p.dstStride);
   shim::check(p.blockCount * pitch - 32 * static_cast<int64_t>(p.dstStride) <=
                   dst.size() * static_cast<int64_t>(sizeof(T)), "DataCopyPad GM->UB overruns the UB tensor");
   for (int64_t i = 0; i < p.blockCount; ++i) {
-    std::memcpy(reinterpret_cast<uint8_t *>(dst.data()) + i * pitch,
-                reinterpret_cast<const uint8_t *>(src.data()) + i * (p.blockLen + static_cast<int64_t>(p.srcStride)),
+    uint8_t *block = reinterpret_cast<uint8_t *>(dst.data()) + i * pitch;
+    std::memcpy(block, reinterpret_cast<const uint8_t *>(src.data()) + i * (p.blockLen + int64_t{p.srcStride}),
                 p.blockLen);
+    std::memset(block + p.blockLen, 0xff, Align32(p.blockLen) - p.blockLen);
   }
+  count_transfer(shim::now().mte2, p);
 }
 
-// UB -> GM: the inverse layout.
+// UB -> GM: the inverse layout; only blockLen bytes of each block are written.
 template <typename T>
 void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyExtParams &p) {
+  check_aligned(src);
+  shim::check(p.blockLen % sizeof(T) == 0 && p.blockCount <= 4095, "DataCopyPad UB->GM parameters");
   const int64_t pitch = Align32(p.blockLen) + 32 * static_cast<int64_t>(p.srcStride);
   shim::check(p.blockCount * pitch - 32 * static_cast<int64_t>(p.srcStride) <=
                   src.size() * static_cast<int64_t>(sizeof(T)), "DataCopyPad UB->GM reads past the UB tensor");
   for (int64_t i = 0; i < p.blockCount; ++i) {
-    std::memcpy(reinterpret_cast<uint8_t *>(dst.data()) + i * (p.blockLen + static_cast<int64_t>(p.dstStride)),
+    std::memcpy(reinterpret_cast<uint8_t *>(dst.data()) + i * (p.blockLen + int64_t{p.dstStride}),
                 reinterpret_cast<const uint8_t *>(src.data()) + i * pitch, p.blockLen);
   }
+  count_transfer(shim::now().mte3, p);
 }
 
+// Counts one vector instruction over `elements` elements of `widest`-byte operands, or `repeats` repeats.
+inline void count_vector(const char *kind, int64_t elements, int64_t widest, int64_t repeats = -1) {
+  shim::Counts::Vector &v = shim::now().vector[kind];
+  ++v.instructions;
+  v.elements += elements;
+  v.repeats += repeats >= 0 ? repeats : (elements * widest + 255) / 256;
+}
+
+// Operands of an elementwise op: aligned, in range, and either the same memory as dst or disjoint from it.
+template <typename D, typename S>
+inline void check_operand(const LocalTensor<D> &dst, const LocalTensor<S> &src, int64_t count) {
+  check_aligned(src);
+  shim::check(count >= 0 && count <= src.size(), "vector op count exceeds a source tensor");
+  const auto *d = reinterpret_cast<const uint8_t *>(dst.data());
+  const auto *s = reinterpret_cast<const uint8_t *>(src.data());
+  const int64_t dbytes = count * static_cast<int64_t>(sizeof(D)), sbytes = count * static_cast<int64_t>(sizeof(S));
+  shim::check(d == s || d + dbytes <= s || s + sbytes <= d, "vector operands partly overlap");
+}
 template <typename T>
-inline void check_count(const LocalTensor<T> &t, uint32_t count) {
-  shim::check(count <= t.size(), "vector op count exceeds the tensor");
+inline void check_dst(const LocalTensor<T> &dst, int64_t count) {
+  check_aligned(dst);
+  shim::check(count >= 0 && count <= dst.size(), "vector op count exceeds the destination tensor");
 }
 
 template <typename D, typename S>
-void Cast(const LocalTensor<D> &dst, const LocalTensor<S> &src, RoundMode, uint32_t count) {
-  check_count(dst, count);
-  check_count(src, count);
-  for (uint32_t i = 0; i < count; ++i) dst.data()[i] = shim::from_float<D>(shim::to_float(src.data()[i]));
+void Cast(const LocalTensor<D> &dst, const LocalTensor<S> &src, RoundMode mode, uint32_t count) {
+  check_dst(dst, count);
+  check_operand(dst, src, count);
+  for (uint32_t i = 0; i < count; ++i) {
+    const float v = shim::to_float(src.data()[i]);
+    if constexpr (std::is_same_v<D, int32_t>) {
+      shim::check(std::isfinite(v), "Cast to int32 of a non-finite value");
+      dst.data()[i] = static_cast<int32_t>(mode == RoundMode::CAST_FLOOR ? std::floor(v) : std::nearbyint(v));
+    } else {
+      dst.data()[i] = shim::from_float<D>(v);
+    }
+  }
+  count_vector("Cast", count, sizeof(D) > sizeof(S) ? sizeof(D) : sizeof(S));
 }
 
-#define MS_ROTARY_SHIM_BINARY(name, op)                                                               \
-  template <typename T>                                                                               \
-  void name(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, uint32_t n) { \
-    check_count(dst, n);                                                                              \
-    check_count(a, n);                                                                                \
-    check_count(b, n);                                                                                \
-    for (uint32_t i = 0; i < n; ++i) dst.data()[i] = a.data()[i] op b.data()[i];                      \
+#define MS_ROTARY_SHIM_BINARY(name, op)                                                                  \
+  template <typename T>                                                                                  \
+  void name(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, uint32_t n) {    \
+    check_dst(dst, n);                                                                                   \
+    check_operand(dst, a, n);                                                                            \
+    check_operand(dst, b, n);                                                                            \
+    for (uint32_t i = 0; i < n; ++i) dst.data()[i] = a.data()[i] op b.data()[i];                         \
+    count_vector(#name, n, sizeof(T));                                                                   \
   }
 MS_ROTARY_SHIM_BINARY(Mul, *)
 MS_ROTARY_SHIM_BINARY(Add, +)
 MS_ROTARY_SHIM_BINARY(Sub, -)
 #undef MS_ROTARY_SHIM_BINARY
 
-// dst[i] = the element at byte offset base + offsets[i] of src.
+#define MS_ROTARY_SHIM_SCALAR(name, expr)                                                                \
+  template <typename T>                                                                                  \
+  void name(const LocalTensor<T> &dst, const LocalTensor<T> &src, const T &s, int32_t n) {               \
+    check_dst(dst, n);                                                                                   \
+    check_operand(dst, src, n);                                                                          \
+    for (int32_t i = 0; i < n; ++i) {                                                                    \
+      const T x = src.data()[i];                                                                         \
+      dst.data()[i] = (expr);                                                                            \
+    }                                                                                                    \
+    count_vector(#name, n, sizeof(T));                                                                   \
+  }
+MS_ROTARY_SHIM_SCALAR(Adds, x + s)
+MS_ROTARY_SHIM_SCALAR(Muls, x * s)
+MS_ROTARY_SHIM_SCALAR(Maxs, x > s ? x : s)
+MS_ROTARY_SHIM_SCALAR(Mins, x < s ? x : s)
+#undef MS_ROTARY_SHIM_SCALAR
+
+template <typename T>
+void Duplicate(const LocalTensor<T> &dst, const T &value, int32_t n) {
+  check_dst(dst, n);
+  for (int32_t i = 0; i < n; ++i) dst.data()[i] = value;
+  count_vector("Duplicate", n, sizeof(T));
+}
+
+// dst[i] = first + i.
+template <typename T>
+void CreateVecIndex(const LocalTensor<T> &dst, const T &first, uint32_t n) {
+  check_dst(dst, n);
+  for (uint32_t i = 0; i < n; ++i) dst.data()[i] = first + static_cast<T>(i);
+  count_vector("CreateVecIndex", n, sizeof(T));
+}
+
+// Repeat form, continuous mask, block stride 1: repeat r computes the first `mask` elements at
+// dst + r * dstRepStride blocks from src0 + r * src0RepStride and src1 + r * src1RepStride blocks
+// (src1RepStride 0 applies one row to every repeat).
+template <typename T>
+void Mul(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, uint64_t mask, uint8_t repeats,
+         const BinaryRepeatParams &p) {
+  constexpr int64_t kPerBlock = 32 / sizeof(T);
+  shim::check(mask >= 1 && mask <= 8 * kPerBlock, "Mul mask out of range");
+  shim::check(p.dstBlkStride == 1 && p.src0BlkStride == 1 && p.src1BlkStride == 1, "shim: block stride must be 1");
+  auto extent = [&](int64_t rep) { return repeats == 0 ? 0 : (repeats - 1) * rep * kPerBlock + int64_t(mask); };
+  check_dst(dst, extent(p.dstRepStride));
+  check_operand(dst, a, extent(p.src0RepStride));
+  check_aligned(b);
+  shim::check(extent(p.src1RepStride) <= b.size(), "Mul src1 out of range");
+  for (int64_t r = 0; r < repeats; ++r) {
+    T *d = dst.data() + r * p.dstRepStride * kPerBlock;
+    const T *x = a.data() + r * p.src0RepStride * kPerBlock, *y = b.data() + r * p.src1RepStride * kPerBlock;
+    for (uint64_t i = 0; i < mask; ++i) d[i] = x[i] * y[i];
+  }
+  count_vector("Mul", static_cast<int64_t>(mask) * repeats, sizeof(T), repeats);
+}
+
+// dst[i] = the element at byte offset base + offsets[i] of src; src and dst must not share memory.
 template <typename T>
 void Gather(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<uint32_t> &offsets, uint32_t base,
             uint32_t count) {
-  check_count(dst, count);
-  check_count(offsets, count);
+  check_dst(dst, count);
+  check_aligned(src);
+  check_aligned(offsets);
+  shim::check(count <= offsets.size(), "Gather count exceeds the offsets");
+  int64_t read_end = 0;  // bytes of src read
   for (uint32_t i = 0; i < count; ++i) {
     const int64_t byte = static_cast<int64_t>(base) + offsets.data()[i];
     shim::check(byte % sizeof(T) == 0 && byte / static_cast<int64_t>(sizeof(T)) < src.size(), "Gather offset");
-    dst.data()[i] = src.data()[byte / sizeof(T)];
+    read_end = byte + static_cast<int64_t>(sizeof(T)) > read_end ? byte + static_cast<int64_t>(sizeof(T)) : read_end;
   }
+  const auto *d = reinterpret_cast<const uint8_t *>(dst.data());
+  const auto *s = reinterpret_cast<const uint8_t *>(src.data());
+  shim::check(d + count * sizeof(T) <= s || s + read_end <= d, "Gather source and destination share memory");
+  for (uint32_t i = 0; i < count; ++i) dst.data()[i] = src.data()[(base + offsets.data()[i]) / sizeof(T)];
+  count_vector("Gather", count, sizeof(T));
 }
 
 }  // namespace AscendC

@@ -1,8 +1,11 @@
 // Runs the Ascend kernel sources on the host through the shim, block after block, as a vector-core
-// launch would. Usage: run_kernel_host IN OUT, where IN holds a header of int64 values
+// launch would. Usage: run_kernel_host IN OUT [COUNTS], where IN holds a header of int64 values
 //   conjugate mode dy_dtype cos_dtype dy[4] cos[4] start end core_num ub_bytes
-// then dy, cos, sin bytes; OUT receives dy after the call. Exit 2: the tiling refused the problem.
+// then dy, cos, sin bytes (or nothing: zeros, to count a large launch cheaply); OUT receives dy after the
+// call; COUNTS (JSON) what each core did.
+// Exit 2: the tiling refused the problem.
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -14,13 +17,57 @@ namespace shim {
 int64_t block_idx = 0;
 int64_t tiling_key = -1;
 int64_t ub_limit = 0;
+std::vector<Counts> counts;
 }  // namespace shim
+
+namespace {
+
+void write_counts(const char *path, const ms_rotary_ascend::RotaryTiling &t) {
+  std::FILE *f = std::fopen(path, "w");
+  if (f == nullptr) return;
+  std::fprintf(f, "{\"rows_per_loop\": %lld, \"used_cores\": %lld, \"cores\": [",
+               static_cast<long long>(t.rows_per_loop), static_cast<long long>(t.used_cores));
+  for (size_t i = 0; i < shim::counts.size(); ++i) {
+    const shim::Counts &c = shim::counts[i];
+    std::fprintf(f, "%s\n{\"vector\": {", i ? "," : "");
+    bool first = true;
+    for (const auto &[kind, v] : c.vector) {
+      std::fprintf(f, "%s\"%s\": [%lld, %lld, %lld]", first ? "" : ", ", kind.c_str(),
+                   static_cast<long long>(v.instructions), static_cast<long long>(v.elements),
+                   static_cast<long long>(v.repeats));
+      first = false;
+    }
+    std::fprintf(f, "}, \"mte2\": [%lld, %lld, %lld], \"mte3\": [%lld, %lld, %lld], ",
+                 static_cast<long long>(c.mte2.transfers), static_cast<long long>(c.mte2.bursts),
+                 static_cast<long long>(c.mte2.bytes), static_cast<long long>(c.mte3.transfers),
+                 static_cast<long long>(c.mte3.bursts), static_cast<long long>(c.mte3.bytes));
+    std::fprintf(f, "\"barriers\": %lld, \"flag_waits\": %lld, \"queue_waits\": %lld, \"scalar_writes\": %lld, "
+                 "\"queue_buffers\": %lld}",
+                 static_cast<long long>(c.barriers), static_cast<long long>(c.flag_waits),
+                 static_cast<long long>(c.queue_waits), static_cast<long long>(c.scalar_writes),
+                 static_cast<long long>(c.queue_buffers));
+  }
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+}
+
+// Fields a kernel revision before blocks with a pitch lacks (benchmarks/ascend_model.py builds earlier
+// kernel revisions against this runner to model them too).
+template <typename D, typename T>
+auto copy_block_fields(D &d, const T &t, int) -> decltype(d.pitch = t.pitch, d.cosRowsPerLoop = t.cos_rows_per_loop, void()) {
+  d.cosRowsPerLoop = t.cos_rows_per_loop;
+  d.pitch = t.pitch;
+}
+template <typename D, typename T>
+void copy_block_fields(D &, const T &, long) {}
+
+}  // namespace
 
 extern "C" void ms_rotary_partial_rotary_mul(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
 extern "C" void ms_rotary_partial_rotary_mul_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
 
 int main(int argc, char **argv) {
-  if (argc != 3) return 1;
+  if (argc != 3 && argc != 4) return 1;
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   constexpr int kHeader = 16;
@@ -48,13 +95,22 @@ int main(int argc, char **argv) {
   const int64_t dy_bytes = shape.dy[0] * shape.dy[1] * shape.dy[2] * shape.dy[3] * shape.dy_dtype_bytes;
   const int64_t cos_bytes = shape.cos[0] * shape.cos[1] * shape.cos[2] * shape.cos[3] * shape.cos_dtype_bytes;
   // Separate exact-size copies, so AddressSanitizer catches any access outside each tensor.
+  const bool zeros = bytes.size() == kHeader * sizeof(int64_t);
+  if (!zeros && bytes.size() != kHeader * sizeof(int64_t) + dy_bytes + 2 * cos_bytes) return 1;
   const char *payload = bytes.data() + kHeader * sizeof(int64_t);
-  std::vector<uint8_t> dy(payload, payload + dy_bytes);
-  std::vector<uint8_t> cos(payload + dy_bytes, payload + dy_bytes + cos_bytes);
-  std::vector<uint8_t> sin(payload + dy_bytes + cos_bytes, payload + dy_bytes + 2 * cos_bytes);
-  optiling::PartialRotaryTilingData data{t.rows, t.seq, t.heads, t.head_dim, t.start, t.len, t.cos_b_stride,
-                                         t.cos_s_stride, t.cos_n_stride, t.used_cores, t.rows_per_core,
-                                         t.big_cores, t.rows_per_loop};
+  std::vector<uint8_t> dy(dy_bytes), cos(cos_bytes), sin(cos_bytes);
+  if (!zeros) {
+    std::memcpy(dy.data(), payload, dy_bytes);
+    std::memcpy(cos.data(), payload + dy_bytes, cos_bytes);
+    std::memcpy(sin.data(), payload + dy_bytes + cos_bytes, cos_bytes);
+  }
+  optiling::PartialRotaryTilingData data{};
+  data.rows = t.rows, data.seq = t.seq, data.heads = t.heads, data.headDim = t.head_dim;
+  data.start = t.start, data.len = t.len;
+  data.cosBStride = t.cos_b_stride, data.cosSStride = t.cos_s_stride, data.cosNStride = t.cos_n_stride;
+  data.usedCores = t.used_cores, data.rowsPerCore = t.rows_per_core, data.bigCores = t.big_cores;
+  data.rowsPerLoop = t.rows_per_loop;
+  copy_block_fields(data, t, 0);
   shim::tiling_key = t.tiling_key;
   auto *entry = shape.conjugate ? ms_rotary_partial_rotary_mul_grad : ms_rotary_partial_rotary_mul;
   const int64_t launched = t.used_cores > 0 ? t.used_cores : 1;
@@ -62,5 +118,6 @@ int main(int argc, char **argv) {
     entry(dy.data(), cos.data(), sin.data(), dy.data(), nullptr, reinterpret_cast<GM_ADDR>(&data));
   }
   std::ofstream(argv[2], std::ios::binary).write(reinterpret_cast<const char *>(dy.data()), dy_bytes);
+  if (argc == 4) write_counts(argv[3], t);
   return 0;
 }

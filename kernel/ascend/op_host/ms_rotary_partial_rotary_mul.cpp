@@ -67,6 +67,8 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   data.set_rowsPerCore(t.rows_per_core);
   data.set_bigCores(t.big_cores);
   data.set_rowsPerLoop(t.rows_per_loop);
+  data.set_cosRowsPerLoop(t.cos_rows_per_loop);
+  data.set_pitch(t.pitch);
   data.SaveToBuffer(context->GetRawTilingData()->GetData(), context->GetRawTilingData()->GetCapacity());
   context->GetRawTilingData()->SetDataSize(data.GetDataSize());
   context->SetTilingKey(static_cast<uint64_t>(t.tiling_key));

@@ -19,6 +19,8 @@ TILING_DATA_FIELD_DEF(int64_t, usedCores);
 TILING_DATA_FIELD_DEF(int64_t, rowsPerCore);
 TILING_DATA_FIELD_DEF(int64_t, bigCores);
 TILING_DATA_FIELD_DEF(int64_t, rowsPerLoop);
+TILING_DATA_FIELD_DEF(int64_t, cosRowsPerLoop);
+TILING_DATA_FIELD_DEF(int64_t, pitch);
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMul, PartialRotaryTilingData)

@@ -7,16 +7,24 @@ int64_t align_up(int64_t value, int64_t to) { return (value + to - 1) / to * to;
 
 }  // namespace
 
-int64_t ub_bytes_per_row(const RotaryShape &shape) {
-  const int64_t len = shape.end - shape.start;
-  // the slice in and out, its cos and sin rows (each padded to 32 bytes, as the strided copy lays them)
-  return 2 * align_up(len * shape.dy_dtype_bytes, kBlockBytes) + 2 * align_up(len * shape.cos_dtype_bytes, kBlockBytes);
+int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows) {
+  if (t.cos_n_stride != 0) return rows;  // one cos row per dy row
+  // Rows share a cos row within a run of `group` consecutive rows; a block starting anywhere touches at
+  // most (rows - 1) / group + 2 runs.
+  const int64_t group = t.cos_s_stride != 0 ? t.heads : t.cos_b_stride != 0 ? t.seq * t.heads : t.rows;
+  const int64_t runs = (rows - 1) / group + 2;
+  return runs < rows ? runs : rows;
 }
 
-int64_t ub_fixed_bytes(const RotaryShape &shape) {
-  const int64_t half = (shape.end - shape.start) / 2;
-  const int64_t span = align_up(2 * align_up(half, 8), 8);  // [a | pad | b] in fp32 or uint32 lanes
-  return (5 + 3) * span * 4;  // 5 fp32 work rows, 3 offset tables
+int64_t ub_bytes_for_block(const RotaryShape &shape, const RotaryTiling &t, int64_t rows) {
+  const int64_t f32_rows = (shape.rotary_mode == 3 ? 4 : 3) + (shape.dy_dtype_bytes == 4 ? 0 : 1);
+  const int64_t f32_cos_rows = shape.cos_dtype_bytes == 4 ? 1 : 2;
+  const int64_t cos_rows = cos_rows_for_block(t, rows);
+  return 2 * 2 * rows * t.pitch * shape.dy_dtype_bytes        // dy in and out, two buffers each
+         + 2 * 2 * cos_rows * t.pitch * shape.cos_dtype_bytes  // cos and sin in, two buffers
+         + f32_rows * rows * t.pitch * 4                       // fp32 work rows and gather tables
+         + f32_cos_rows * cos_rows * t.pitch * 4               // fp32 cos (16-bit inputs) and signed sin
+         + 5 * t.pitch * 4;                                    // the sign row, scratch for the tables
 }
 
 ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_num, int64_t ub_bytes,
@@ -51,13 +59,17 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   t.used_cores = t.rows < core_num ? t.rows : core_num;  // more cores than rows: one row each
   t.rows_per_core = t.rows / t.used_cores;
   t.big_cores = t.rows % t.used_cores;
-  const int64_t fixed = ub_fixed_bytes(shape);
-  const int64_t per_row = ub_bytes_per_row(shape);
-  if (ub_bytes - fixed < per_row) return ms_rotary::kNoUbRoom;
-  int64_t fit = (ub_bytes - fixed) / per_row;
-  if (fit > kMaxBlockCount) fit = kMaxBlockCount;
+  t.pitch = align_up(len, 16);  // rows 32-byte aligned in every dtype, and in fp32
   const int64_t most = t.rows_per_core + (t.big_cores > 0 ? 1 : 0);
-  t.rows_per_loop = fit < most ? fit : most;
+  int64_t rows = most < kMaxBlockCount ? most : kMaxBlockCount;
+  if (ub_bytes_for_block(shape, t, 1) > ub_bytes) return ms_rotary::kNoUbRoom;
+  int64_t fits = 1;  // bytes grow with rows: bisect for the largest block that fits
+  while (fits < rows) {
+    const int64_t mid = (fits + rows + 1) / 2;
+    if (ub_bytes_for_block(shape, t, mid) <= ub_bytes) fits = mid; else rows = mid - 1;
+  }
+  t.rows_per_loop = fits;
+  t.cos_rows_per_loop = cos_rows_for_block(t, fits);
   *tiling = t;
   return ms_rotary::kOk;
 }

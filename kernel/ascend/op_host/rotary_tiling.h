@@ -31,16 +31,19 @@ struct RotaryTiling {
   int64_t used_cores;
   int64_t rows_per_core;  // cores [0, big_cores) take one row more
   int64_t big_cores;
-  int64_t rows_per_loop;  // rows whose slices fit in the unified buffer at once
+  int64_t rows_per_loop;  // rows per block: moved by one strided copy, rotated by one instruction per step
+  int64_t cos_rows_per_loop;  // most distinct cos rows one block reads (fewer when cos broadcasts over rows)
+  int64_t pitch;          // elements between rows of a block in the unified buffer: len rounded up to 16
   int64_t tiling_key;     // mode, direction, dy dtype, cos dtype
 };
 
 constexpr int64_t kBlockBytes = 32;      // Ascend UB/DMA alignment
 constexpr int64_t kMaxBlockCount = 4095;  // DataCopyExtParams::blockCount limit: rows per strided copy
 
-// Unified-buffer bytes the kernel (op_kernel/rotary_kernel.h) takes per row of a loop, and once per core.
-int64_t ub_bytes_per_row(const RotaryShape &shape);
-int64_t ub_fixed_bytes(const RotaryShape &shape);
+// Distinct cos rows a block of `rows` consecutive dy rows can read, for the broadcast pattern in `t`.
+int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows);
+// Unified-buffer bytes the kernel (op_kernel/rotary_kernel.h) allocates for blocks of `rows` rows.
+int64_t ub_bytes_for_block(const RotaryShape &shape, const RotaryTiling &t, int64_t rows);
 
 // Checks the op's rules (kernel/common/rotary_rules.h), then fills `tiling` for `core_num` vector cores and
 // `ub_bytes` of unified buffer per core.

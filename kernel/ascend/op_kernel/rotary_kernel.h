@@ -1,8 +1,16 @@
-// Ascend C kernel of partial rotary, forward and backward, all modes and dtypes: the same
-// split -> rotate -> merge scheme as kernel/cpu/rotary_kernel.cc, on vector cores.
-// Each core takes a contiguous range of B*S*N rows; a loop moves rowsPerLoop row slices from dy into
-// the unified buffer with one strided copy (only the slice's bytes), rotates them in fp32 and writes
-// them back with one strided copy. Lane layouts are applied with Gather through byte-offset tables.
+// Ascend C kernel of partial rotary, forward and backward, all modes and dtypes, on vector cores.
+// Each core takes a contiguous range of the B*S*N rows, in blocks of rowsPerLoop rows. Per block:
+//   copy-in (MTE2): the block's slices of dy with one strided copy; the distinct cos/sin rows it reads,
+//     one copy per run of consecutive rows (rows sharing a cos row, e.g. heads under [1, S, 1, L], load it once);
+//   compute (vector), one instruction per step over the whole block, in fp32, with pitch-strided rows:
+//     forward   y = same(x) * cos + partner(x) * (sign * sin)     lanes in the y layout
+//     backward  x = same(dy * cos) + partner(dy * sign * sin)      lanes in the x layout
+//     partner(v) gathers each lane's pair mate, same(v) only reorders (interleave-half alone: the x and y
+//     layouts differ), sign is -1 on the a lanes and +1 on the b lanes of the y layout (see LaneGroup);
+//     a cos row shared by several rows is applied by one repeat-form Mul whose cos stride is 0;
+//   copy-out (MTE3): one strided copy that writes only the slice.
+// Queues hold two buffers: copy-in of one block, compute of the previous and copy-out of the one before
+// overlap. Gather tables are built once per launch with vector instructions (no per-lane scalar writes).
 #ifndef MS_ROTARY_ASCEND_ROTARY_KERNEL_H_
 #define MS_ROTARY_ASCEND_ROTARY_KERNEL_H_
 
@@ -12,18 +20,17 @@
 namespace ms_rotary_ascend {
 using namespace AscendC;
 
-constexpr int32_t kAlignFloats = 8;  // 32 bytes of fp32
 constexpr int32_t kHalves = 0, kPairs = 1, kQuarters = 2;
+constexpr int64_t kFloatsPerRepeat = 64;  // 256 bytes of fp32: one vector repeat
+constexpr int64_t kMaxRepeats = 255;
+constexpr int64_t kMaxCopyBlocks = 4095;
 
 __aicore__ inline int64_t AlignUp(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
-// Lane of pair k's a (second=false) or b element in a slice of `len` lanes laid out as `layout`.
-__aicore__ inline int64_t LaneOf(int32_t layout, int64_t k, bool second, int64_t len) {
-  const int64_t half = len / 2, quarter = len / 4;
-  if (layout == kHalves) return k + (second ? half : 0);
-  if (layout == kPairs) return 2 * k + (second ? 1 : 0);
-  const int64_t base = k < quarter ? k : k + quarter;  // quarters: halves of each half
-  return base + (second ? quarter : 0);
+// Lanes of a layout come in groups of g: even groups hold the pairs' a elements, odd groups their b
+// elements, and a lane's pair mate is g lanes away. halves: g = len/2; pairs: g = 1; quarters: g = len/4.
+__aicore__ inline int64_t LaneGroup(int32_t layout, int64_t len) {
+  return layout == kHalves ? len / 2 : layout == kPairs ? 1 : len / 4;
 }
 
 template <int32_t MODE, bool CONJ, typename TDy, typename TCos>
@@ -31,8 +38,8 @@ class PartialRotaryKernel {
  public:
   static constexpr int32_t kXLayout = MODE == 0 ? kHalves : MODE == 2 ? kQuarters : kPairs;
   static constexpr int32_t kYLayout = MODE == 1 ? kPairs : MODE == 2 ? kQuarters : kHalves;
-  static constexpr int32_t kInLayout = CONJ ? kYLayout : kXLayout;
-  static constexpr int32_t kOutLayout = CONJ ? kXLayout : kYLayout;
+  static constexpr bool kReorders = kXLayout != kYLayout;  // interleave-half: `same` is a gather too
+  static constexpr bool kDyFloat = sizeof(TDy) == sizeof(float), kCosFloat = sizeof(TCos) == sizeof(float);
 
   __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const optiling::PartialRotaryTilingData &t) {
     tiling_ = t;
@@ -40,19 +47,24 @@ class PartialRotaryKernel {
     rowBegin_ = core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
     rowCount_ = t.rowsPerCore + (core < t.bigCores ? 1 : 0);
     len_ = t.len;
-    half_ = len_ / 2;
-    halfPitch_ = AlignUp(half_, kAlignFloats);
-    dyPitch_ = AlignUp(len_ * sizeof(TDy), 32) / sizeof(TDy);
-    cosPitch_ = AlignUp(len_ * sizeof(TCos), 32) / sizeof(TCos);
+    pitch_ = t.pitch;
+    swap_ = kYLayout != kPairs && LaneGroup(kYLayout, len_) % 8 == 0;  // 32-byte aligned groups
     dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TDy *>(dy));
     cosGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(cos));
     sinGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(sin));
-    const int64_t rows = t.rowsPerLoop;
-    pipe_.InitBuffer(inQueue_, 1, rows * dyPitch_ * sizeof(TDy));
-    pipe_.InitBuffer(outQueue_, 1, rows * dyPitch_ * sizeof(TDy));
-    pipe_.InitBuffer(cosBuf_, 2 * rows * cosPitch_ * sizeof(TCos));
-    pipe_.InitBuffer(workBuf_, 5 * AlignUp(2 * halfPitch_, kAlignFloats) * sizeof(float));
-    pipe_.InitBuffer(tableBuf_, 3 * AlignUp(2 * halfPitch_, kAlignFloats) * sizeof(uint32_t));
+    const int64_t block = t.rowsPerLoop * pitch_, cosBlock = t.cosRowsPerLoop * pitch_;
+    pipe_.InitBuffer(inQueue_, 2, block * sizeof(TDy));
+    pipe_.InitBuffer(outQueue_, 2, block * sizeof(TDy));
+    pipe_.InitBuffer(cosQueue_, 2, 2 * cosBlock * sizeof(TCos));  // cos rows, then sin rows
+    pipe_.InitBuffer(work1Buf_, block * sizeof(float));
+    pipe_.InitBuffer(work2Buf_, block * sizeof(float));
+    pipe_.InitBuffer(partnerBuf_, block * sizeof(uint32_t));
+    if constexpr (kReorders) pipe_.InitBuffer(sameBuf_, block * sizeof(uint32_t));
+    if constexpr (!kDyFloat) pipe_.InitBuffer(dyFloatBuf_, block * sizeof(float));
+    if constexpr (!kCosFloat) pipe_.InitBuffer(cosFloatBuf_, cosBlock * sizeof(float));
+    pipe_.InitBuffer(sinFloatBuf_, cosBlock * sizeof(float));
+    pipe_.InitBuffer(signBuf_, pitch_ * sizeof(float));
+    pipe_.InitBuffer(scratchBuf_, 4 * pitch_ * sizeof(float));
     BuildTables();
   }
 
@@ -66,34 +78,120 @@ class PartialRotaryKernel {
   }
 
  private:
-  // Byte-offset tables: split in-layout -> [a | pad | b]; split y-layout (cos/sin) -> [a | pad | b];
-  // merge [a | pad | b] -> out-layout. Pad entries point at lane 0 and are never used.
-  __aicore__ inline void BuildTables() {
-    const int64_t span = AlignUp(2 * halfPitch_, kAlignFloats);
-    splitIn_ = tableBuf_.Get<uint32_t>();
-    splitCos_ = splitIn_[span];
-    merge_ = splitIn_[2 * span];
-    for (int64_t i = 0; i < span; ++i) {
-      splitIn_.SetValue(i, 0);
-      splitCos_.SetValue(i, 0);
-    }
-    for (int64_t k = 0; k < half_; ++k) {
-      for (int32_t second = 0; second < 2; ++second) {
-        const int64_t slot = k + (second ? halfPitch_ : 0);
-        splitIn_.SetValue(slot, static_cast<uint32_t>(LaneOf(kInLayout, k, second, len_) * sizeof(float)));
-        splitCos_.SetValue(slot, static_cast<uint32_t>(LaneOf(kYLayout, k, second, len_) * sizeof(float)));
-        merge_.SetValue(LaneOf(kOutLayout, k, second, len_), static_cast<uint32_t>(slot * sizeof(float)));
-      }
+  // ---- gather tables and the sign row, one row each, replicated over the block ----
+
+  // dst = 1 on the odd groups of g lanes (the b lanes), 0 on the even ones, for lane indices idx.
+  __aicore__ inline void GroupParity(const LocalTensor<float> &dst, const LocalTensor<float> &idx,
+                                     const LocalTensor<float> &tmp, const LocalTensor<int32_t> &whole, int64_t g) {
+    const int32_t n = static_cast<int32_t>(pitch_);
+    Adds(dst, idx, 0.5f, n);  // (i + 0.5) / g stays clear of integers, so floor is exact after rounding
+    PipeBarrier<PIPE_V>();
+    Muls(dst, dst, 1.0f / static_cast<float>(g), n);
+    PipeBarrier<PIPE_V>();
+    Cast(whole, dst, RoundMode::CAST_FLOOR, n);
+    PipeBarrier<PIPE_V>();
+    Cast(dst, whole, RoundMode::CAST_NONE, n);  // j = the group of lane i
+    PipeBarrier<PIPE_V>();
+    Muls(tmp, dst, 0.5f, n);
+    PipeBarrier<PIPE_V>();
+    Cast(whole, tmp, RoundMode::CAST_FLOOR, n);
+    PipeBarrier<PIPE_V>();
+    Cast(tmp, whole, RoundMode::CAST_NONE, n);
+    PipeBarrier<PIPE_V>();
+    Muls(tmp, tmp, -2.0f, n);
+    PipeBarrier<PIPE_V>();
+    Add(dst, dst, tmp, n);  // j - 2 * floor(j / 2)
+    PipeBarrier<PIPE_V>();
+  }
+
+  // Lane indices `src` (fp32, clamped into the row) -> byte offsets in `table`, row 0, then rows 1.. of the
+  // block by adding row * pitch * 4 bytes, doubling the rows done each step.
+  __aicore__ inline void StoreTable(const LocalTensor<uint32_t> &table, const LocalTensor<float> &src) {
+    const int32_t n = static_cast<int32_t>(pitch_);
+    Mins(src, src, static_cast<float>(pitch_ - 1), n);  // pad lanes past the slice stay inside the row
+    PipeBarrier<PIPE_V>();
+    Muls(src, src, static_cast<float>(sizeof(float)), n);
+    PipeBarrier<PIPE_V>();
+    const LocalTensor<int32_t> bytes = table.template ReinterpretCast<int32_t>();
+    Cast(bytes, src, RoundMode::CAST_RINT, n);
+    PipeBarrier<PIPE_V>();
+    for (int64_t have = 1; have < tiling_.rowsPerLoop;) {
+      const int64_t more = tiling_.rowsPerLoop - have < have ? tiling_.rowsPerLoop - have : have;
+      Adds(bytes[have * pitch_], bytes, static_cast<int32_t>(have * pitch_ * sizeof(float)),
+           static_cast<int32_t>(more * pitch_));
+      PipeBarrier<PIPE_V>();
+      have += more;
     }
   }
 
-  __aicore__ inline void CopyIn(int64_t row0, int64_t rows) {
-    LocalTensor<TDy> slices = inQueue_.template AllocTensor<TDy>();
-    const DataCopyExtParams strided{static_cast<uint16_t>(rows), static_cast<uint32_t>(len_ * sizeof(TDy)),
-                                    static_cast<uint32_t>((tiling_.headDim - len_) * sizeof(TDy)), 0, 0};
-    DataCopyPad(slices, dyGm_[row0 * tiling_.headDim + tiling_.start], strided, DataCopyPadExtParams<TDy>{});
-    inQueue_.EnQue(slices);
+  __aicore__ inline void BuildTables() {
+    const int32_t n = static_cast<int32_t>(pitch_);
+    const LocalTensor<float> scratch = scratchBuf_.Get<float>();
+    const LocalTensor<float> idx = scratch, parity = scratch[pitch_], a = scratch[2 * pitch_];
+    const LocalTensor<float> b = scratch[3 * pitch_];
+    const LocalTensor<int32_t> whole = partnerBuf_.Get<int32_t>();  // overwritten by the table last
+    sign_ = signBuf_.Get<float>();
+    partner_ = partnerBuf_.Get<uint32_t>();
+    CreateVecIndex(idx, 0.0f, n);
+    PipeBarrier<PIPE_V>();
+    GroupParity(parity, idx, a, whole, LaneGroup(kYLayout, len_));
+    Muls(sign_, parity, 2.0f, n);  // -1 on a lanes, +1 on b lanes of the y layout
+    PipeBarrier<PIPE_V>();
+    Adds(sign_, sign_, -1.0f, n);
+    if constexpr (!kReorders) {  // partner(i) = i + g on a lanes, i - g on b lanes
+      const float g = static_cast<float>(LaneGroup(kXLayout, len_));
+      Muls(a, parity, -2.0f * g, n);
+      PipeBarrier<PIPE_V>();
+      Adds(a, a, g, n);
+      PipeBarrier<PIPE_V>();
+      Add(b, idx, a, n);
+      PipeBarrier<PIPE_V>();
+      StoreTable(partner_, b);
+    } else {
+      same_ = sameBuf_.Get<uint32_t>();
+      const float h = static_cast<float>(len_ / 2);
+      if constexpr (!CONJ) {  // lane i of y (halves) from x (pairs): i < h: a_i at 2i, else b_{i-h} at 2(i-h)+1
+        Adds(parity, idx, 1.0f - h, n);  // 1 from lane h on (reuses parity: the sign row is done)
+        PipeBarrier<PIPE_V>();
+        Maxs(parity, parity, 0.0f, n);
+        PipeBarrier<PIPE_V>();
+        Mins(parity, parity, 1.0f, n);
+        PipeBarrier<PIPE_V>();
+        Muls(a, idx, 2.0f, n);
+        Muls(b, parity, 1.0f - 2.0f * h, n);
+        PipeBarrier<PIPE_V>();
+        Add(a, a, b, n);  // same(i) = 2i - (2h - 1) * [i >= h]
+        PipeBarrier<PIPE_V>();
+        Muls(b, parity, -2.0f, n);
+        PipeBarrier<PIPE_V>();
+        Add(b, b, a, n);
+        PipeBarrier<PIPE_V>();
+        Adds(b, b, 1.0f, n);  // partner(i) = same(i) + 1 - 2 * [i >= h]
+        PipeBarrier<PIPE_V>();
+      } else {  // lane i of x (pairs) from y (halves): pair k = i / 2 at k (a) and k + h (b)
+        GroupParity(parity, idx, a, whole, 1);  // i mod 2
+        Sub(a, idx, parity, n);
+        PipeBarrier<PIPE_V>();
+        Muls(a, a, 0.5f, n);  // k
+        Muls(b, parity, h, n);
+        PipeBarrier<PIPE_V>();
+        Add(b, a, b, n);  // same(i) = k + h * (i mod 2); partner(i) = k + h - h * (i mod 2)
+        Muls(parity, parity, -h, n);
+        PipeBarrier<PIPE_V>();
+        Add(a, a, parity, n);
+        PipeBarrier<PIPE_V>();
+        Adds(a, a, h, n);
+        PipeBarrier<PIPE_V>();
+        StoreTable(same_, b);
+        StoreTable(partner_, a);
+        return;
+      }
+      StoreTable(same_, a);
+      StoreTable(partner_, b);
+    }
   }
+
+  // ---- per block ----
 
   __aicore__ inline int64_t CosRow(int64_t row) const {
     const int64_t n = row % tiling_.heads, s = (row / tiling_.heads) % tiling_.seq;
@@ -101,108 +199,220 @@ class PartialRotaryKernel {
     return b * tiling_.cosBStride + s * tiling_.cosSStride + n * tiling_.cosNStride;
   }
 
-  __aicore__ inline void Compute(int64_t row0, int64_t rows) {
-    LocalTensor<TDy> slices = inQueue_.template DeQue<TDy>();
-    LocalTensor<TDy> out = outQueue_.template AllocTensor<TDy>();
-    LocalTensor<TCos> cosRaw = cosBuf_.Get<TCos>();
-    LocalTensor<TCos> sinRaw = cosRaw[tiling_.rowsPerLoop * cosPitch_];
-    const int64_t span = AlignUp(2 * halfPitch_, kAlignFloats);
-    LocalTensor<float> work = workBuf_.Get<float>();
-    LocalTensor<float> xf = work, ab = work[span], cs = work[2 * span], sn = work[3 * span], res = work[4 * span];
-    const DataCopyExtParams oneRow{1, static_cast<uint32_t>(len_ * sizeof(TCos)), 0, 0, 0};
-    for (int64_t r = 0; r < rows; ++r) {
+  // How many rows from `row` on read the same cos row.
+  __aicore__ inline int64_t SharedRows(int64_t row) const {
+    if (tiling_.cosNStride != 0) return 1;
+    if (tiling_.cosSStride != 0) return tiling_.heads - row % tiling_.heads;
+    const int64_t batch = tiling_.seq * tiling_.heads;
+    if (tiling_.cosBStride != 0) return batch - row % batch;
+    return tiling_.rows - row;
+  }
+
+  // One copy each for cos and sin: `count` consecutive cos rows from `cosRow` into slots from `slot`.
+  __aicore__ inline void CopyCosRows(const LocalTensor<TCos> &rows, int64_t slot, int64_t cosRow, int64_t count) {
+    const uint32_t bytes = static_cast<uint32_t>(len_ * sizeof(TCos));
+    const DataCopyExtParams copy{static_cast<uint16_t>(count), bytes, 0,
+                                 static_cast<uint32_t>((pitch_ * sizeof(TCos) - AlignUp(bytes, 32)) / 32), 0};
+    DataCopyPad(rows[slot * pitch_], cosGm_[cosRow * len_], copy, DataCopyPadExtParams<TCos>{});
+    DataCopyPad(rows[(tiling_.cosRowsPerLoop + slot) * pitch_], sinGm_[cosRow * len_], copy,
+                DataCopyPadExtParams<TCos>{});
+  }
+
+  __aicore__ inline void CopyIn(int64_t row0, int64_t rows) {
+    LocalTensor<TDy> slices = inQueue_.template AllocTensor<TDy>();
+    const uint32_t bytes = static_cast<uint32_t>(len_ * sizeof(TDy));
+    const DataCopyExtParams strided{static_cast<uint16_t>(rows), bytes,
+                                    static_cast<uint32_t>((tiling_.headDim - len_) * sizeof(TDy)),
+                                    static_cast<uint32_t>((pitch_ * sizeof(TDy) - AlignUp(bytes, 32)) / 32), 0};
+    DataCopyPad(slices, dyGm_[row0 * tiling_.headDim + tiling_.start], strided, DataCopyPadExtParams<TDy>{});
+    inQueue_.EnQue(slices);
+
+    LocalTensor<TCos> cosRows = cosQueue_.template AllocTensor<TCos>();
+    int64_t slot = 0, runSlot = 0, runRow = 0, runCount = 0;  // runs of consecutive cos rows: one copy each
+    for (int64_t r = 0; r < rows; ++slot) {
       const int64_t cosRow = CosRow(row0 + r);
-      DataCopyPad(cosRaw[r * cosPitch_], cosGm_[cosRow * len_], oneRow, DataCopyPadExtParams<TCos>{});
-      DataCopyPad(sinRaw[r * cosPitch_], sinGm_[cosRow * len_], oneRow, DataCopyPadExtParams<TCos>{});
+      if (runCount > 0 && cosRow == runRow + runCount && runCount < kMaxCopyBlocks) {
+        ++runCount;
+      } else {
+        if (runCount > 0) CopyCosRows(cosRows, runSlot, runRow, runCount);
+        runSlot = slot, runRow = cosRow, runCount = 1;
+      }
+      const int64_t shared = SharedRows(row0 + r);
+      r += shared < rows - r ? shared : rows - r;
     }
-    SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
-    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
-    for (int64_t r = 0; r < rows; ++r) {
-      Gather(ab, AsFloat(slices[r * dyPitch_], xf), splitIn_, 0, static_cast<uint32_t>(span));
+    CopyCosRows(cosRows, runSlot, runRow, runCount);
+    cosQueue_.EnQue(cosRows);
+  }
+
+  // dst rows [first, first + count), lanes [dstLane, dstLane + width) = the same rows of src, lanes from
+  // srcLane, times lanes from factorLane of `factor`: one row for all (perRow false: a repeat stride of 0)
+  // or the matching row of a block-shaped factor. Repeat-form Muls: a repeat per row and 64 lanes.
+  __aicore__ inline void MulLanes(const LocalTensor<float> &dst, int64_t dstLane, const LocalTensor<float> &src,
+                                  int64_t srcLane, const LocalTensor<float> &factor, int64_t factorLane, int64_t width,
+                                  int64_t first, int64_t count, bool perRow) {
+    const uint8_t stride = static_cast<uint8_t>(pitch_ * sizeof(float) / 32);
+    const BinaryRepeatParams repeat{1, 1, 1, stride, stride, perRow ? stride : static_cast<uint8_t>(0)};
+    for (int64_t lane = 0; lane < width; lane += kFloatsPerRepeat) {
+      const uint64_t mask = width - lane < kFloatsPerRepeat ? width - lane : kFloatsPerRepeat;
+      for (int64_t done = 0; done < count; done += kMaxRepeats) {
+        const int64_t repeats = count - done < kMaxRepeats ? count - done : kMaxRepeats;
+        const int64_t at = (first + done) * pitch_ + lane;
+        Mul(dst[at + dstLane], src[at + srcLane], factor[(perRow ? at : lane) + factorLane], mask,
+            static_cast<uint8_t>(repeats), repeat);
+      }
+    }
+  }
+
+  // dst = src times the block's cos (or signed sin) rows, over lanes [dstLane, dstLane + width) of dst and
+  // from srcLane / slotLane of the others: one instruction for the block when every row has its own slot
+  // (`perRow`), else one per run of rows sharing a slot (SharedRows), its slot applied with stride 0.
+  __aicore__ inline void MulRows(const LocalTensor<float> &dst, int64_t dstLane, const LocalTensor<float> &src,
+                                 int64_t srcLane, const LocalTensor<float> &slots, int64_t slotLane, int64_t width,
+                                 int64_t row0, int64_t rows, bool perRow) {
+    if (perRow) {
+      if (width == len_) {
+        Mul(dst, src, slots, static_cast<int32_t>(rows * pitch_));
+      } else {
+        MulLanes(dst, dstLane, src, srcLane, slots, slotLane, width, 0, rows, true);
+      }
+      return;
+    }
+    int64_t slot = 0;
+    for (int64_t r = 0; r < rows; ++slot) {
+      const int64_t shared = SharedRows(row0 + r);
+      const int64_t run = shared < rows - r ? shared : rows - r;
+      MulLanes(dst, dstLane, src, srcLane, slots[slot * pitch_], slotLane, width, r, run, false);
+      r += run;
+    }
+  }
+
+  __aicore__ inline void MulRows(const LocalTensor<float> &dst, const LocalTensor<float> &src,
+                                 const LocalTensor<float> &slots, int64_t row0, int64_t rows, bool perRow) {
+    MulRows(dst, 0, src, 0, slots, 0, len_, row0, rows, perRow);
+  }
+
+  // partner(src) * factor into dst when the y layout's groups are 8-lane aligned: groups 2k and 2k + 1 trade
+  // places with offset Muls, no gather. The factor's lanes follow dst (forward) or src (backward).
+  __aicore__ inline void MulSwapped(const LocalTensor<float> &dst, const LocalTensor<float> &src,
+                                    const LocalTensor<float> &slots, int64_t row0, int64_t rows, bool perRow) {
+    const int64_t g = LaneGroup(kYLayout, len_);
+    for (int64_t group = 0; group < len_ / g; ++group) {
+      const int64_t mate = group ^ 1;
+      MulRows(dst, group * g, src, mate * g, slots, (CONJ ? mate : group) * g, g, row0, rows, perRow);
+    }
+  }
+
+  __aicore__ inline int64_t SlotCount(int64_t row0, int64_t rows) const {
+    int64_t slots = 0;
+    for (int64_t r = 0; r < rows; ++slots) {
+      const int64_t shared = SharedRows(row0 + r);
+      r += shared < rows - r ? shared : rows - r;
+    }
+    return slots;
+  }
+
+  template <typename T>
+  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T> &src, const TBuf<TPosition::VECCALC> &buf,
+                                               int64_t count) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+      return src.template ReinterpretCast<float>();
+    } else {
+      const LocalTensor<float> dst = buf.template Get<float>();
+      Cast(dst, src, RoundMode::CAST_NONE, static_cast<uint32_t>(count));
+      return dst;
+    }
+  }
+
+  __aicore__ inline void Compute(int64_t row0, int64_t rows) {
+    const LocalTensor<TDy> slices = inQueue_.template DeQue<TDy>();
+    const LocalTensor<TCos> cosRows = cosQueue_.template DeQue<TCos>();
+    const LocalTensor<TDy> out = outQueue_.template AllocTensor<TDy>();
+    const int64_t n = rows * pitch_, slots = SlotCount(row0, rows);
+    const bool perRow = tiling_.cosNStride != 0;
+    const LocalTensor<float> w1 = work1Buf_.Get<float>(), w2 = work2Buf_.Get<float>();
+    const LocalTensor<float> xf = AsFloat(slices, dyFloatBuf_, n);
+    const LocalTensor<float> cosF = AsFloat(cosRows, cosFloatBuf_, slots * pitch_);
+    const LocalTensor<float> sinF = sinFloatBuf_.Get<float>();
+    LocalTensor<float> sinSrc = sinF;
+    if constexpr (kCosFloat) {
+      sinSrc = cosRows[tiling_.cosRowsPerLoop * pitch_].template ReinterpretCast<float>();
+    } else {
+      Cast(sinF, cosRows[tiling_.cosRowsPerLoop * pitch_], RoundMode::CAST_NONE,
+           static_cast<uint32_t>(slots * pitch_));
       PipeBarrier<PIPE_V>();
-      Gather(cs, AsFloat(cosRaw[r * cosPitch_], xf), splitCos_, 0, static_cast<uint32_t>(span));
+    }
+    MulLanes(sinF, 0, sinSrc, 0, sign_, 0, len_, 0, slots, false);  // sign * sin
+    PipeBarrier<PIPE_V>();
+    const uint32_t count = static_cast<uint32_t>(n);
+    LocalTensor<float> outF;
+    if constexpr (!CONJ) {
+      LocalTensor<float> in = xf;  // x in the y layout
+      if constexpr (kReorders) {
+        Gather(w2, xf, same_, 0, count);
+        in = w2;
+      }
+      if (!swap_) Gather(w1, xf, partner_, 0, count);
       PipeBarrier<PIPE_V>();
-      Gather(sn, AsFloat(sinRaw[r * cosPitch_], xf), splitCos_, 0, static_cast<uint32_t>(span));
+      if constexpr (kDyFloat) outF = out.template ReinterpretCast<float>(); else outF = w2;
+      if (swap_) MulSwapped(w1, in, sinF, row0, rows, perRow); else MulRows(w1, w1, sinF, row0, rows, perRow);
+      if constexpr (!kDyFloat && kReorders) PipeBarrier<PIPE_V>();  // outF is `in`, read just above
+      MulRows(outF, in, cosF, row0, rows, perRow);
       PipeBarrier<PIPE_V>();
-      Rotate(ab, cs, sn, res, xf);
+      Add(outF, outF, w1, static_cast<int32_t>(n));
+    } else {
+      if (swap_) MulSwapped(w1, xf, sinF, row0, rows, perRow); else MulRows(w1, xf, sinF, row0, rows, perRow);
+      MulRows(w2, xf, cosF, row0, rows, perRow);
       PipeBarrier<PIPE_V>();
-      StoreMerged(out[r * dyPitch_], res, xf);
+      if constexpr (kDyFloat) outF = out.template ReinterpretCast<float>(); else outF = dyFloatBuf_.Get<float>();
+      if (swap_ && kReorders) {  // the sum in the y layout, then one gather into the x layout
+        Add(w2, w2, w1, static_cast<int32_t>(n));
+        PipeBarrier<PIPE_V>();
+        Gather(outF, w2, same_, 0, count);
+      } else if (swap_) {
+        Add(outF, w2, w1, static_cast<int32_t>(n));
+      } else {
+        if constexpr (kReorders) {
+          Gather(outF, w2, same_, 0, count);
+          PipeBarrier<PIPE_V>();
+          Gather(w2, w1, partner_, 0, count);
+        } else {
+          Gather(outF, w1, partner_, 0, count);
+        }
+        PipeBarrier<PIPE_V>();
+        Add(outF, outF, w2, static_cast<int32_t>(n));
+      }
+    }
+    if constexpr (!kDyFloat) {
       PipeBarrier<PIPE_V>();
+      Cast(out, outF, RoundMode::CAST_RINT, count);  // round to nearest even, once
     }
     outQueue_.EnQue(out);
     inQueue_.FreeTensor(slices);
-  }
-
-  // res = [oa | pad | ob] from ab = [a | pad | b], cs = [ca | pad | cb], sn = [sa | pad | sb]; tmp is scratch.
-  __aicore__ inline void Rotate(const LocalTensor<float> &ab, const LocalTensor<float> &cs,
-                                const LocalTensor<float> &sn, const LocalTensor<float> &res,
-                                const LocalTensor<float> &tmp) {
-    const LocalTensor<float> a = ab, b = ab[halfPitch_], ca = cs, cb = cs[halfPitch_];
-    const LocalTensor<float> sa = sn, sb = sn[halfPitch_], oa = res, ob = res[halfPitch_];
-    const uint32_t n = static_cast<uint32_t>(half_);
-    if (CONJ) {  // oa = a*ca + b*sb; ob = b*cb - a*sa
-      Mul(oa, a, ca, n);
-      Mul(tmp, b, sb, n);
-      PipeBarrier<PIPE_V>();
-      Add(oa, oa, tmp, n);
-      Mul(ob, b, cb, n);
-      Mul(tmp, a, sa, n);
-      PipeBarrier<PIPE_V>();
-      Sub(ob, ob, tmp, n);
-    } else {  // oa = a*ca - b*sa; ob = b*cb + a*sb
-      Mul(oa, a, ca, n);
-      Mul(tmp, b, sa, n);
-      PipeBarrier<PIPE_V>();
-      Sub(oa, oa, tmp, n);
-      Mul(ob, b, cb, n);
-      Mul(tmp, a, sb, n);
-      PipeBarrier<PIPE_V>();
-      Add(ob, ob, tmp, n);
-    }
-  }
-
-  // fp32 lanes of a row: the row itself when it is fp32 (no copy, -0.0 kept), else cast into scratch.
-  template <typename T>
-  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T> &row, const LocalTensor<float> &scratch) {
-    if constexpr (sizeof(T) == sizeof(float)) {
-      return row.template ReinterpretCast<float>();
-    } else {
-      Cast(scratch, row, RoundMode::CAST_NONE, static_cast<uint32_t>(len_));
-      PipeBarrier<PIPE_V>();
-      return scratch;
-    }
-  }
-
-  // res = [oa | pad | ob] -> the row in the output layout, rounded once to TDy.
-  __aicore__ inline void StoreMerged(const LocalTensor<TDy> &row, const LocalTensor<float> &res,
-                                     const LocalTensor<float> &scratch) {
-    if constexpr (sizeof(TDy) == sizeof(float)) {
-      Gather(row.template ReinterpretCast<float>(), res, merge_, 0, static_cast<uint32_t>(len_));
-    } else {
-      Gather(scratch, res, merge_, 0, static_cast<uint32_t>(len_));
-      PipeBarrier<PIPE_V>();
-      Cast(row, scratch, RoundMode::CAST_RINT, static_cast<uint32_t>(len_));  // round to nearest even
-    }
+    cosQueue_.FreeTensor(cosRows);
   }
 
   __aicore__ inline void CopyOut(int64_t row0, int64_t rows) {
-    LocalTensor<TDy> out = outQueue_.template DeQue<TDy>();
-    const DataCopyExtParams strided{static_cast<uint16_t>(rows), static_cast<uint32_t>(len_ * sizeof(TDy)), 0,
+    const LocalTensor<TDy> out = outQueue_.template DeQue<TDy>();
+    const uint32_t bytes = static_cast<uint32_t>(len_ * sizeof(TDy));
+    const DataCopyExtParams strided{static_cast<uint16_t>(rows), bytes,
+                                    static_cast<uint32_t>((pitch_ * sizeof(TDy) - AlignUp(bytes, 32)) / 32),
                                     static_cast<uint32_t>((tiling_.headDim - len_) * sizeof(TDy)), 0};
     DataCopyPad(dyGm_[row0 * tiling_.headDim + tiling_.start], out, strided);
     outQueue_.FreeTensor(out);
   }
 
   optiling::PartialRotaryTilingData tiling_;
-  int64_t rowBegin_ = 0, rowCount_ = 0, len_ = 0, half_ = 0, halfPitch_ = 0;
-  int64_t dyPitch_ = 0, cosPitch_ = 0;
+  int64_t rowBegin_ = 0, rowCount_ = 0, len_ = 0, pitch_ = 0;
+  bool swap_ = false;  // partner(v) by offset Muls (MulSwapped), not a gather
   TPipe pipe_;
-  TQue<QuePosition::VECIN, 1> inQueue_;
+  TQue<QuePosition::VECIN, 1> inQueue_, cosQueue_;
   TQue<QuePosition::VECOUT, 1> outQueue_;
-  TBuf<TPosition::VECCALC> cosBuf_, workBuf_, tableBuf_;
+  TBuf<TPosition::VECCALC> work1Buf_, work2Buf_, partnerBuf_, sameBuf_, dyFloatBuf_, cosFloatBuf_, sinFloatBuf_;
+  TBuf<TPosition::VECCALC> signBuf_, scratchBuf_;
   GlobalTensor<TDy> dyGm_;
   GlobalTensor<TCos> cosGm_, sinGm_;
-  LocalTensor<uint32_t> splitIn_, splitCos_, merge_;
+  LocalTensor<uint32_t> partner_, same_;
+  LocalTensor<float> sign_;
 };
 
 // Runs the kernel instance a tiling key names; CONJ is fixed by the entry point.

@@ -30,7 +30,8 @@ static RotaryShape make(int64_t B, int64_t S, int64_t N, int64_t D, int64_t star
   return s;
 }
 
-// Every row is owned by exactly one core, in order; each loop fits the unified buffer.
+// Every row is owned by exactly one core, in order; each block fits the unified buffer and is the largest
+// that does (a smaller one costs instructions and copies per row).
 static void check_cover(const RotaryShape &shape, const RotaryTiling &t, int64_t cores, int64_t ub) {
   int64_t next = 0;
   for (int64_t c = 0; c < t.used_cores; ++c) {
@@ -43,7 +44,12 @@ static void check_cover(const RotaryShape &shape, const RotaryTiling &t, int64_t
   EXPECT(next == t.rows);
   EXPECT(t.used_cores <= cores);
   EXPECT(t.rows_per_loop >= 1 && t.rows_per_loop <= kMaxBlockCount);
-  EXPECT(ub_fixed_bytes(shape) + t.rows_per_loop * ub_bytes_per_row(shape) <= ub);
+  EXPECT(ub_bytes_for_block(shape, t, t.rows_per_loop) <= ub);
+  const int64_t most = t.rows_per_core + (t.big_cores > 0 ? 1 : 0);
+  EXPECT(t.rows_per_loop == (most < kMaxBlockCount ? most : kMaxBlockCount) ||
+         ub_bytes_for_block(shape, t, t.rows_per_loop + 1) > ub);
+  EXPECT(t.cos_rows_per_loop == cos_rows_for_block(t, t.rows_per_loop));
+  EXPECT(t.pitch % 16 == 0 && t.pitch >= t.len && t.pitch < t.len + 16);
 }
 
 int main() {
@@ -54,6 +60,17 @@ int main() {
     EXPECT(compute_rotary_tiling(s, 40, ub, &t) == ms_rotary::kOk);
     EXPECT(t.rows == 4 * 4096 * 32 && t.used_cores == 40 && t.len == 64);
     check_cover(s, t, 40, ub);
+  }
+  {  // cos broadcast over heads: a block of 32 rows starting mid-group reads two cos rows, not one
+    RotaryShape s = make(4, 4096, 32, 128, 0, 64);
+    EXPECT(compute_rotary_tiling(s, 40, ub, &t) == ms_rotary::kOk);
+    EXPECT(cos_rows_for_block(t, 32) == 2 && cos_rows_for_block(t, 1) == 1 && cos_rows_for_block(t, 64) == 3);
+    s.cos[2] = 32;  // a cos row per head: one per row
+    EXPECT(compute_rotary_tiling(s, 40, ub, &t) == ms_rotary::kOk);
+    EXPECT(cos_rows_for_block(t, 32) == 32);
+    s.cos[1] = 1, s.cos[2] = 1;  // one cos row for everything
+    EXPECT(compute_rotary_tiling(s, 40, ub, &t) == ms_rotary::kOk);
+    EXPECT(cos_rows_for_block(t, 1000) == 2);
   }
   {  // slice not 32-byte aligned: fp16, start 3, length 6 (12 bytes)
     RotaryShape s = make(2, 5, 3, 16, 3, 9, 0, 2, 2);
@@ -87,9 +104,9 @@ int main() {
   }
   {  // a small unified buffer forces several loops per core, never more than fit
     RotaryShape s = make(2, 64, 4, 128, 64, 128, 3);
-    EXPECT(compute_rotary_tiling(s, 2, 4096, &t) == ms_rotary::kOk);
+    EXPECT(compute_rotary_tiling(s, 2, 8192, &t) == ms_rotary::kOk);
     EXPECT(t.rows_per_loop < t.rows_per_core);
-    check_cover(s, t, 2, 4096);
+    check_cover(s, t, 2, 8192);
   }
   {  // huge row count: rows per loop capped by the DMA block count
     RotaryShape s = make(64, 4096, 1, 4, 0, 2, 1);
