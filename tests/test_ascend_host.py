@@ -87,7 +87,7 @@ EDGE_CASES = {  # name: (mode, dy dtype, dy shape, cos shape, start, end, cores,
     "head dim 1024": (2, "bfloat16", (1, 3, 2, 1024), (1, 3, 1, 1024), 0, 1024, 4, UB_BYTES),
     "one row": (3, "float32", (1, 1, 1, 192), (1, 1, 1, 64), 128, 192, 40, UB_BYTES),
     "more cores than rows": (1, "float32", (1, 3, 2, 32), (1, 3, 2, 32), 0, 32, 48, UB_BYTES),
-    "many loops per core": (1, "bfloat16", (2, 64, 4, 128), (2, 64, 1, 64), 64, 128, 2, 4096),
+    "many loops per core": (1, "bfloat16", (2, 64, 4, 128), (2, 64, 1, 64), 64, 128, 2, 8192),
     "empty slice": (0, "float32", (2, 3, 2, 16), (1, 3, 1, 4), 8, 8, 4, UB_BYTES),
     "every broadcast axis": (3, "float16", (2, 5, 3, 40), (2, 5, 3, 8), 32, 40, 7, UB_BYTES),
 }

@@ -40,6 +40,13 @@ constexpr int64_t tiling_key(int64_t mode, int64_t conjugate, int64_t dy_dtype_i
   return ((mode * 2 + conjugate) * 3 + dy_dtype_id) * 3 + cos_dtype_id;
 }
 
+// Ascend kernel: whether a slice of `len` lanes swaps its pair mates as whole groups with 32-byte aligned
+// offset Muls (halves or quarters of the y layout, 8 fp32 lanes a group at least) instead of a Gather. The
+// kernel's work buffers and the tiling's UB plan both follow it.
+constexpr bool swaps_groups(int64_t mode, int64_t len) {
+  return mode != 1 && (mode == 2 ? len / 4 : len / 2) % 8 == 0;
+}
+
 inline bool is_empty_work(const int64_t *dy, const int64_t *cos, int64_t start, int64_t end) {
   if (start == end) return true;
   for (int i = 0; i < 4; ++i) {

@@ -17,14 +17,18 @@ int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows) {
 }
 
 int64_t ub_bytes_for_block(const RotaryShape &shape, const RotaryTiling &t, int64_t rows) {
-  const int64_t f32_rows = (shape.rotary_mode == 3 ? 4 : 3) + (shape.dy_dtype_bytes == 4 ? 0 : 1);
+  const bool swaps = ms_rotary::swaps_groups(shape.rotary_mode, shape.end - shape.start);
+  // two work rows; the partner table unless groups swap; the same table (interleave-half); 16-bit dy in
+  // fp32 unless groups swap (then it is converted into the second work row)
+  const int64_t f32_rows = 2 + (swaps ? 0 : 1) + (shape.rotary_mode == 3 ? 1 : 0) +
+                           (shape.dy_dtype_bytes == 4 || swaps ? 0 : 1);
   const int64_t f32_cos_rows = shape.cos_dtype_bytes == 4 ? 1 : 2;
   const int64_t cos_rows = cos_rows_for_block(t, rows);
   return 2 * 2 * rows * t.pitch * shape.dy_dtype_bytes        // dy in and out, two buffers each
          + 2 * 2 * cos_rows * t.pitch * shape.cos_dtype_bytes  // cos and sin in, two buffers
          + f32_rows * rows * t.pitch * 4                       // fp32 work rows and gather tables
          + f32_cos_rows * cos_rows * t.pitch * 4               // fp32 cos (16-bit inputs) and signed sin
-         + 5 * t.pitch * 4;                                    // the sign row, scratch for the tables
+         + 6 * t.pitch * 4;                                    // the sign row, scratch for the tables
 }
 
 ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_num, int64_t ub_bytes,

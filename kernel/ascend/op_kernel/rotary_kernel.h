@@ -48,7 +48,7 @@ class PartialRotaryKernel {
     rowCount_ = t.rowsPerCore + (core < t.bigCores ? 1 : 0);
     len_ = t.len;
     pitch_ = t.pitch;
-    swap_ = kYLayout != kPairs && LaneGroup(kYLayout, len_) % 8 == 0;  // 32-byte aligned groups
+    swap_ = ms_rotary::swaps_groups(MODE, len_);
     dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TDy *>(dy));
     cosGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(cos));
     sinGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(sin));
@@ -58,13 +58,13 @@ class PartialRotaryKernel {
     pipe_.InitBuffer(cosQueue_, 2, 2 * cosBlock * sizeof(TCos));  // cos rows, then sin rows
     pipe_.InitBuffer(work1Buf_, block * sizeof(float));
     pipe_.InitBuffer(work2Buf_, block * sizeof(float));
-    pipe_.InitBuffer(partnerBuf_, block * sizeof(uint32_t));
+    if (!swap_) pipe_.InitBuffer(partnerBuf_, block * sizeof(uint32_t));
     if constexpr (kReorders) pipe_.InitBuffer(sameBuf_, block * sizeof(uint32_t));
-    if constexpr (!kDyFloat) pipe_.InitBuffer(dyFloatBuf_, block * sizeof(float));
+    if (!kDyFloat && !swap_) pipe_.InitBuffer(dyFloatBuf_, block * sizeof(float));  // else in work2
     if constexpr (!kCosFloat) pipe_.InitBuffer(cosFloatBuf_, cosBlock * sizeof(float));
     pipe_.InitBuffer(sinFloatBuf_, cosBlock * sizeof(float));
     pipe_.InitBuffer(signBuf_, pitch_ * sizeof(float));
-    pipe_.InitBuffer(scratchBuf_, 4 * pitch_ * sizeof(float));
+    pipe_.InitBuffer(scratchBuf_, 5 * pitch_ * sizeof(float));
     BuildTables();
   }
 
@@ -104,20 +104,21 @@ class PartialRotaryKernel {
     PipeBarrier<PIPE_V>();
   }
 
-  // Lane indices `src` (fp32, clamped into the row) -> byte offsets in `table`, row 0, then rows 1.. of the
-  // block by adding row * pitch * 4 bytes, doubling the rows done each step.
-  __aicore__ inline void StoreTable(const LocalTensor<uint32_t> &table, const LocalTensor<float> &src) {
+  // Lane indices `src` (fp32, clamped into the row) -> byte offsets of `unit`-byte elements in `table`, row
+  // 0, then rows 1.. of the block by adding row * pitch * unit bytes, doubling the rows done each step.
+  __aicore__ inline void StoreTable(const LocalTensor<uint32_t> &table, const LocalTensor<float> &src,
+                                    int64_t unit = sizeof(float)) {
     const int32_t n = static_cast<int32_t>(pitch_);
     Mins(src, src, static_cast<float>(pitch_ - 1), n);  // pad lanes past the slice stay inside the row
     PipeBarrier<PIPE_V>();
-    Muls(src, src, static_cast<float>(sizeof(float)), n);
+    Muls(src, src, static_cast<float>(unit), n);
     PipeBarrier<PIPE_V>();
     const LocalTensor<int32_t> bytes = table.template ReinterpretCast<int32_t>();
     Cast(bytes, src, RoundMode::CAST_RINT, n);
     PipeBarrier<PIPE_V>();
     for (int64_t have = 1; have < tiling_.rowsPerLoop;) {
       const int64_t more = tiling_.rowsPerLoop - have < have ? tiling_.rowsPerLoop - have : have;
-      Adds(bytes[have * pitch_], bytes, static_cast<int32_t>(have * pitch_ * sizeof(float)),
+      Adds(bytes[have * pitch_], bytes, static_cast<int32_t>(have * pitch_ * unit),
            static_cast<int32_t>(more * pitch_));
       PipeBarrier<PIPE_V>();
       have += more;
@@ -129,9 +130,9 @@ class PartialRotaryKernel {
     const LocalTensor<float> scratch = scratchBuf_.Get<float>();
     const LocalTensor<float> idx = scratch, parity = scratch[pitch_], a = scratch[2 * pitch_];
     const LocalTensor<float> b = scratch[3 * pitch_];
-    const LocalTensor<int32_t> whole = partnerBuf_.Get<int32_t>();  // overwritten by the table last
+    const LocalTensor<int32_t> whole = scratch[4 * pitch_].template ReinterpretCast<int32_t>();
     sign_ = signBuf_.Get<float>();
-    partner_ = partnerBuf_.Get<uint32_t>();
+    if (!swap_) partner_ = partnerBuf_.Get<uint32_t>();
     CreateVecIndex(idx, 0.0f, n);
     PipeBarrier<PIPE_V>();
     GroupParity(parity, idx, a, whole, LaneGroup(kYLayout, len_));
@@ -146,9 +147,10 @@ class PartialRotaryKernel {
       PipeBarrier<PIPE_V>();
       Add(b, idx, a, n);
       PipeBarrier<PIPE_V>();
-      StoreTable(partner_, b);
+      if (!swap_) StoreTable(partner_, b);
     } else {
       same_ = sameBuf_.Get<uint32_t>();
+      const int64_t sameUnit = !kDyFloat && swap_ ? sizeof(TDy) : sizeof(float);  // see gather16 in Compute
       const float h = static_cast<float>(len_ / 2);
       if constexpr (!CONJ) {  // lane i of y (halves) from x (pairs): i < h: a_i at 2i, else b_{i-h} at 2(i-h)+1
         Adds(parity, idx, 1.0f - h, n);  // 1 from lane h on (reuses parity: the sign row is done)
@@ -182,12 +184,12 @@ class PartialRotaryKernel {
         PipeBarrier<PIPE_V>();
         Adds(a, a, h, n);
         PipeBarrier<PIPE_V>();
-        StoreTable(same_, b);
-        StoreTable(partner_, a);
+        StoreTable(same_, b, sameUnit);
+        if (!swap_) StoreTable(partner_, a);
         return;
       }
-      StoreTable(same_, a);
-      StoreTable(partner_, b);
+      StoreTable(same_, a, sameUnit);
+      if (!swap_) StoreTable(partner_, b);
     }
   }
 
@@ -330,7 +332,16 @@ class PartialRotaryKernel {
     const int64_t n = rows * pitch_, slots = SlotCount(row0, rows);
     const bool perRow = tiling_.cosNStride != 0;
     const LocalTensor<float> w1 = work1Buf_.Get<float>(), w2 = work2Buf_.Get<float>();
-    const LocalTensor<float> xf = AsFloat(slices, dyFloatBuf_, n);
+    const uint32_t count = static_cast<uint32_t>(n);
+    // 16-bit interleave-half with swapped groups: `same` permutes the 16-bit data, half the gather repeats
+    // (before the cast forward, after the rounding backward: the same bits either way).
+    const bool gather16 = !kDyFloat && kReorders && swap_;
+    LocalTensor<float> xf;
+    if (gather16 && !CONJ) {
+      Gather(out, slices, same_, 0, count);  // out is scratch until the result lands in it
+    } else {
+      xf = AsFloat(slices, swap_ ? work2Buf_ : dyFloatBuf_, n);  // swapping: fp32 x in work2, updated in place
+    }
     const LocalTensor<float> cosF = AsFloat(cosRows, cosFloatBuf_, slots * pitch_);
     const LocalTensor<float> sinF = sinFloatBuf_.Get<float>();
     LocalTensor<float> sinSrc = sinF;
@@ -343,11 +354,13 @@ class PartialRotaryKernel {
     }
     MulLanes(sinF, 0, sinSrc, 0, sign_, 0, len_, 0, slots, false);  // sign * sin
     PipeBarrier<PIPE_V>();
-    const uint32_t count = static_cast<uint32_t>(n);
     LocalTensor<float> outF;
     if constexpr (!CONJ) {
       LocalTensor<float> in = xf;  // x in the y layout
-      if constexpr (kReorders) {
+      if (gather16) {
+        Cast(w2, out, RoundMode::CAST_NONE, count);
+        in = w2;
+      } else if constexpr (kReorders) {
         Gather(w2, xf, same_, 0, count);
         in = w2;
       }
@@ -355,19 +368,30 @@ class PartialRotaryKernel {
       PipeBarrier<PIPE_V>();
       if constexpr (kDyFloat) outF = out.template ReinterpretCast<float>(); else outF = w2;
       if (swap_) MulSwapped(w1, in, sinF, row0, rows, perRow); else MulRows(w1, w1, sinF, row0, rows, perRow);
-      if constexpr (!kDyFloat && kReorders) PipeBarrier<PIPE_V>();  // outF is `in`, read just above
+      if constexpr (!kDyFloat) PipeBarrier<PIPE_V>();  // outF may be `in`, read just above
       MulRows(outF, in, cosF, row0, rows, perRow);
       PipeBarrier<PIPE_V>();
       Add(outF, outF, w1, static_cast<int32_t>(n));
     } else {
       if (swap_) MulSwapped(w1, xf, sinF, row0, rows, perRow); else MulRows(w1, xf, sinF, row0, rows, perRow);
+      if constexpr (!kDyFloat) PipeBarrier<PIPE_V>();  // xf may be w2, read just above
       MulRows(w2, xf, cosF, row0, rows, perRow);
       PipeBarrier<PIPE_V>();
-      if constexpr (kDyFloat) outF = out.template ReinterpretCast<float>(); else outF = dyFloatBuf_.Get<float>();
+      if constexpr (kDyFloat) {
+        outF = out.template ReinterpretCast<float>();
+      } else {
+        outF = swap_ ? w2 : dyFloatBuf_.Get<float>();
+      }
       if (swap_ && kReorders) {  // the sum in the y layout, then one gather into the x layout
         Add(w2, w2, w1, static_cast<int32_t>(n));
         PipeBarrier<PIPE_V>();
-        Gather(outF, w2, same_, 0, count);
+        if (gather16) {
+          Cast(slices, w2, RoundMode::CAST_RINT, count);  // slices is free: rounded, then permuted into out
+          PipeBarrier<PIPE_V>();
+          Gather(out, slices, same_, 0, count);
+        } else {
+          Gather(outF, w2, same_, 0, count);
+        }
       } else if (swap_) {
         Add(outF, w2, w1, static_cast<int32_t>(n));
       } else {
@@ -383,8 +407,10 @@ class PartialRotaryKernel {
       }
     }
     if constexpr (!kDyFloat) {
-      PipeBarrier<PIPE_V>();
-      Cast(out, outF, RoundMode::CAST_RINT, count);  // round to nearest even, once
+      if (!(gather16 && CONJ)) {
+        PipeBarrier<PIPE_V>();
+        Cast(out, outF, RoundMode::CAST_RINT, count);  // round to nearest even, once
+      }
     }
     outQueue_.EnQue(out);
     inQueue_.FreeTensor(slices);
