@@ -40,6 +40,10 @@ constexpr int64_t tiling_key(int64_t mode, int64_t conjugate, int64_t dy_dtype_i
   return ((mode * 2 + conjugate) * 3 + dy_dtype_id) * 3 + cos_dtype_id;
 }
 
+// Ascend: the most blocks one strided DataCopyPad moves (DataCopyExtParams::blockCount): rows per block of
+// the tiling, cos rows per copy of the kernel.
+constexpr int64_t kMaxCopyBlocks = 4095;
+
 // Ascend kernel: whether a slice of `len` lanes swaps its pair mates as whole groups with 32-byte aligned
 // offset Muls (halves or quarters of the y layout, 8 fp32 lanes a group at least) instead of a Gather. The
 // kernel's work buffers and the tiling's UB plan both follow it.

@@ -65,7 +65,7 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   t.big_cores = t.rows % t.used_cores;
   t.pitch = align_up(len, 16);  // rows 32-byte aligned in every dtype, and in fp32
   const int64_t most = t.rows_per_core + (t.big_cores > 0 ? 1 : 0);
-  int64_t rows = most < kMaxBlockCount ? most : kMaxBlockCount;
+  int64_t rows = most < ms_rotary::kMaxCopyBlocks ? most : ms_rotary::kMaxCopyBlocks;
   if (ub_bytes_for_block(shape, t, 1) > ub_bytes) return ms_rotary::kNoUbRoom;
   int64_t fits = 1;  // bytes grow with rows: bisect for the largest block that fits
   while (fits < rows) {

@@ -37,9 +37,6 @@ struct RotaryTiling {
   int64_t tiling_key;     // mode, direction, dy dtype, cos dtype
 };
 
-constexpr int64_t kBlockBytes = 32;      // Ascend UB/DMA alignment
-constexpr int64_t kMaxBlockCount = 4095;  // DataCopyExtParams::blockCount limit: rows per strided copy
-
 // Distinct cos rows a block of `rows` consecutive dy rows can read, for the broadcast pattern in `t`.
 int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows);
 // Unified-buffer bytes the kernel (op_kernel/rotary_kernel.h) allocates for blocks of `rows` rows.

@@ -23,7 +23,6 @@ using namespace AscendC;
 constexpr int32_t kHalves = 0, kPairs = 1, kQuarters = 2;
 constexpr int64_t kFloatsPerRepeat = 64;  // 256 bytes of fp32: one vector repeat
 constexpr int64_t kMaxRepeats = 255;
-constexpr int64_t kMaxCopyBlocks = 4095;
 
 __aicore__ inline int64_t AlignUp(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
@@ -233,7 +232,7 @@ class PartialRotaryKernel {
     int64_t slot = 0, runSlot = 0, runRow = 0, runCount = 0;  // runs of consecutive cos rows: one copy each
     for (int64_t r = 0; r < rows; ++slot) {
       const int64_t cosRow = CosRow(row0 + r);
-      if (runCount > 0 && cosRow == runRow + runCount && runCount < kMaxCopyBlocks) {
+      if (runCount > 0 && cosRow == runRow + runCount && runCount < ms_rotary::kMaxCopyBlocks) {
         ++runCount;
       } else {
         if (runCount > 0) CopyCosRows(cosRows, runSlot, runRow, runCount);

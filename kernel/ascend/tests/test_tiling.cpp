@@ -43,10 +43,10 @@ static void check_cover(const RotaryShape &shape, const RotaryTiling &t, int64_t
   }
   EXPECT(next == t.rows);
   EXPECT(t.used_cores <= cores);
-  EXPECT(t.rows_per_loop >= 1 && t.rows_per_loop <= kMaxBlockCount);
+  EXPECT(t.rows_per_loop >= 1 && t.rows_per_loop <= ms_rotary::kMaxCopyBlocks);
   EXPECT(ub_bytes_for_block(shape, t, t.rows_per_loop) <= ub);
   const int64_t most = t.rows_per_core + (t.big_cores > 0 ? 1 : 0);
-  EXPECT(t.rows_per_loop == (most < kMaxBlockCount ? most : kMaxBlockCount) ||
+  EXPECT(t.rows_per_loop == (most < ms_rotary::kMaxCopyBlocks ? most : ms_rotary::kMaxCopyBlocks) ||
          ub_bytes_for_block(shape, t, t.rows_per_loop + 1) > ub);
   EXPECT(t.cos_rows_per_loop == cos_rows_for_block(t, t.rows_per_loop));
   EXPECT(t.pitch % 16 == 0 && t.pitch >= t.len && t.pitch < t.len + 16);
@@ -111,7 +111,7 @@ int main() {
   {  // huge row count: rows per loop capped by the DMA block count
     RotaryShape s = make(64, 4096, 1, 4, 0, 2, 1);
     EXPECT(compute_rotary_tiling(s, 1, 1 << 30, &t) == ms_rotary::kOk);
-    EXPECT(t.rows_per_loop == kMaxBlockCount);
+    EXPECT(t.rows_per_loop == ms_rotary::kMaxCopyBlocks);
   }
   {  // empty work: no core runs
     RotaryShape s = make(2, 3, 1, 16, 4, 4);
