@@ -70,8 +70,8 @@ class PartialRotaryKernel {
   __aicore__ inline void Process() {
     for (int64_t done = 0; done < rowCount_; done += tiling_.rowsPerLoop) {
       const int64_t rows = rowCount_ - done < tiling_.rowsPerLoop ? rowCount_ - done : tiling_.rowsPerLoop;
-      CopyIn(rowBegin_ + done, rows);
-      Compute(rowBegin_ + done, rows);
+      const int64_t cosSlots = CopyIn(rowBegin_ + done, rows);
+      Compute(rowBegin_ + done, rows, cosSlots);
       CopyOut(rowBegin_ + done, rows);
     }
   }
@@ -209,22 +209,33 @@ class PartialRotaryKernel {
     return tiling_.rows - row;
   }
 
+  // Rows of the block [row0, row0 + rows) from its row r on that share r's cos row.
+  __aicore__ inline int64_t RunRows(int64_t row0, int64_t r, int64_t rows) const {
+    const int64_t shared = SharedRows(row0 + r);
+    return shared < rows - r ? shared : rows - r;
+  }
+
+  // 32-byte blocks between rows of a strided copy: rows of len_ elements laid pitch_ elements apart in UB.
+  template <typename T>
+  __aicore__ inline uint32_t RowGapBlocks() const {
+    return static_cast<uint32_t>((pitch_ * sizeof(T) - AlignUp(len_ * sizeof(T), 32)) / 32);
+  }
+
   // One copy each for cos and sin: `count` consecutive cos rows from `cosRow` into slots from `slot`.
   __aicore__ inline void CopyCosRows(const LocalTensor<TCos> &rows, int64_t slot, int64_t cosRow, int64_t count) {
-    const uint32_t bytes = static_cast<uint32_t>(len_ * sizeof(TCos));
-    const DataCopyExtParams copy{static_cast<uint16_t>(count), bytes, 0,
-                                 static_cast<uint32_t>((pitch_ * sizeof(TCos) - AlignUp(bytes, 32)) / 32), 0};
+    const DataCopyExtParams copy{static_cast<uint16_t>(count), static_cast<uint32_t>(len_ * sizeof(TCos)), 0,
+                                 RowGapBlocks<TCos>(), 0};
     DataCopyPad(rows[slot * pitch_], cosGm_[cosRow * len_], copy, DataCopyPadExtParams<TCos>{});
     DataCopyPad(rows[(tiling_.cosRowsPerLoop + slot) * pitch_], sinGm_[cosRow * len_], copy,
                 DataCopyPadExtParams<TCos>{});
   }
 
-  __aicore__ inline void CopyIn(int64_t row0, int64_t rows) {
+  // Returns how many cos rows (slots) the block reads.
+  __aicore__ inline int64_t CopyIn(int64_t row0, int64_t rows) {
     LocalTensor<TDy> slices = inQueue_.template AllocTensor<TDy>();
-    const uint32_t bytes = static_cast<uint32_t>(len_ * sizeof(TDy));
-    const DataCopyExtParams strided{static_cast<uint16_t>(rows), bytes,
+    const DataCopyExtParams strided{static_cast<uint16_t>(rows), static_cast<uint32_t>(len_ * sizeof(TDy)),
                                     static_cast<uint32_t>((tiling_.headDim - len_) * sizeof(TDy)),
-                                    static_cast<uint32_t>((pitch_ * sizeof(TDy) - AlignUp(bytes, 32)) / 32), 0};
+                                    RowGapBlocks<TDy>(), 0};
     DataCopyPad(slices, dyGm_[row0 * tiling_.headDim + tiling_.start], strided, DataCopyPadExtParams<TDy>{});
     inQueue_.EnQue(slices);
 
@@ -238,11 +249,11 @@ class PartialRotaryKernel {
         if (runCount > 0) CopyCosRows(cosRows, runSlot, runRow, runCount);
         runSlot = slot, runRow = cosRow, runCount = 1;
       }
-      const int64_t shared = SharedRows(row0 + r);
-      r += shared < rows - r ? shared : rows - r;
+      r += RunRows(row0, r, rows);
     }
     CopyCosRows(cosRows, runSlot, runRow, runCount);
     cosQueue_.EnQue(cosRows);
+    return slot;
   }
 
   // dst rows [first, first + count), lanes [dstLane, dstLane + width) = the same rows of src, lanes from
@@ -280,8 +291,7 @@ class PartialRotaryKernel {
     }
     int64_t slot = 0;
     for (int64_t r = 0; r < rows; ++slot) {
-      const int64_t shared = SharedRows(row0 + r);
-      const int64_t run = shared < rows - r ? shared : rows - r;
+      const int64_t run = RunRows(row0, r, rows);
       MulLanes(dst, dstLane, src, srcLane, slots[slot * pitch_], slotLane, width, r, run, false);
       r += run;
     }
@@ -303,15 +313,6 @@ class PartialRotaryKernel {
     }
   }
 
-  __aicore__ inline int64_t SlotCount(int64_t row0, int64_t rows) const {
-    int64_t slots = 0;
-    for (int64_t r = 0; r < rows; ++slots) {
-      const int64_t shared = SharedRows(row0 + r);
-      r += shared < rows - r ? shared : rows - r;
-    }
-    return slots;
-  }
-
   template <typename T>
   __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T> &src, const TBuf<TPosition::VECCALC> &buf,
                                                int64_t count) {
@@ -324,11 +325,11 @@ class PartialRotaryKernel {
     }
   }
 
-  __aicore__ inline void Compute(int64_t row0, int64_t rows) {
+  __aicore__ inline void Compute(int64_t row0, int64_t rows, int64_t slots) {
     const LocalTensor<TDy> slices = inQueue_.template DeQue<TDy>();
     const LocalTensor<TCos> cosRows = cosQueue_.template DeQue<TCos>();
     const LocalTensor<TDy> out = outQueue_.template AllocTensor<TDy>();
-    const int64_t n = rows * pitch_, slots = SlotCount(row0, rows);
+    const int64_t n = rows * pitch_;
     const bool perRow = tiling_.cosNStride != 0;
     const LocalTensor<float> w1 = work1Buf_.Get<float>(), w2 = work2Buf_.Get<float>();
     const uint32_t count = static_cast<uint32_t>(n);
@@ -418,10 +419,9 @@ class PartialRotaryKernel {
 
   __aicore__ inline void CopyOut(int64_t row0, int64_t rows) {
     const LocalTensor<TDy> out = outQueue_.template DeQue<TDy>();
-    const uint32_t bytes = static_cast<uint32_t>(len_ * sizeof(TDy));
-    const DataCopyExtParams strided{static_cast<uint16_t>(rows), bytes,
-                                    static_cast<uint32_t>((pitch_ * sizeof(TDy) - AlignUp(bytes, 32)) / 32),
-                                    static_cast<uint32_t>((tiling_.headDim - len_) * sizeof(TDy)), 0};
+    const DataCopyExtParams strided{static_cast<uint16_t>(rows), static_cast<uint32_t>(len_ * sizeof(TDy)),
+                                    RowGapBlocks<TDy>(), static_cast<uint32_t>((tiling_.headDim - len_) * sizeof(TDy)),
+                                    0};
     DataCopyPad(dyGm_[row0 * tiling_.headDim + tiling_.start], out, strided);
     outQueue_.FreeTensor(out);
   }
