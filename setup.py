@@ -1,5 +1,6 @@
-"""Builds the CPU kernel with the system C++ compiler into the source tree's ms_rotary/lib/ (so the source
-tree and an editable install find it) and installs a copy inside the package."""
+"""The build step pyproject.toml cannot state: the CPU kernel, compiled with the system C++ compiler into the
+source tree's ms_rotary/lib/ (so the source tree and an editable install find it), with a copy installed
+inside the package."""
 import os
 import shlex
 import shutil
@@ -32,8 +33,6 @@ def build_kernel(out_path):
     raise RuntimeError(f"could not build the ms_rotary CPU kernel with {compiler}")
 
 
-with open(os.path.join(HERE, "ms_rotary", "version.py")) as version_file:
-    VERSION = version_file.read().split('"')[1]  # the one place the version is written
 KERNEL_PATH = os.path.join(HERE, "ms_rotary", "lib", "libms_rotary_cpu.so")
 
 
@@ -54,22 +53,5 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(
-    name="ms_rotary",
-    version=VERSION,
-    description="Partial rotary position embedding (RoPE) forward and backward as MindSpore custom ops",
-    packages=["ms_rotary", "ms_rotary.op_info"],
-    package_dir={"ms_rotary": "ms_rotary", "ms_rotary.op_info": "op_info"},
-    python_requires=">=3.9,<3.12",
-    license="Apache-2.0",
-    # Compatible ranges for users; the extras pin what CI and the tests run on.
-    install_requires=["mindspore>=2.10,<2.11", "numpy>=1.24"],
-    extras_require={
-        "test": ["mindspore==2.10.0", "numpy==1.26.4", "pytest==9.0.3", "hypothesis==6.155.2", "tqdm==4.70.1",
-                 "psutil==7.2.2"],
-        "demo": ["mindspore==2.10.0", "numpy==1.26.4", "tqdm==4.70.1"],
-        "bench": ["torch==2.13.0", "matplotlib==3.11.2"],
-    },
-    cmdclass={"build_ext": BuildKernel},
-    distclass=BinaryDistribution,
-)
+# Metadata and dependencies: pyproject.toml.
+setup(cmdclass={"build_ext": BuildKernel}, distclass=BinaryDistribution)

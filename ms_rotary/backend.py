@@ -15,7 +15,7 @@ def choose_backend(requested=None, device_target="CPU"):
     of the device: "ascend" (kernel/ascend) on an Ascend device; on CPU it falls back to "pyfunc" with one
     warning when the compiled kernel is missing."""
     global _warned
-    backend = requested if requested is not None else os.environ.get(ENV_VAR, "aot")
+    backend = requested if requested is not None else (os.environ.get(ENV_VAR) or "aot")  # "" means unset
     if backend not in BACKENDS:
         source = "backend" if requested is not None else f"${ENV_VAR}"
         raise ValueError(f"ms_rotary: {source}={backend!r} is not a backend; use one of {list(BACKENDS)}")

@@ -146,10 +146,13 @@ def require_whole_storage(dy, dy_name="dy"):
 
 def check_eager_inputs(dy, cos, sin, dy_name="dy", in_place=True, writes_memory=True):
     """Rules a live tensor shows: types; an in-place call's dy contiguous, and, when the call writes its
-    memory, not overlapping cos/sin."""
+    memory, not overlapping cos/sin. A tensor made with `init=` and not yet materialised is materialised
+    here, as a graph does with its inputs: without it, an eager kernel would read no memory at all."""
     for name, value in ((dy_name, dy), ("cos", cos), ("sin", sin)):
         if not isinstance(value, ms.Tensor):
             raise TypeError(f"{_PREFIX}: {name} must be a mindspore.Tensor, got {type(value).__name__}")
+        if value.init is not None:
+            value.init_data()
     if not in_place:
         return
     require_contiguous(dy, dy_name)

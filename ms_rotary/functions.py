@@ -16,13 +16,13 @@ In place under autograd, per execution mode (README, "Autograd and in place"):
   q = linear(h).reshape(...)) returns zero gradients on CPU; so other views of that memory keep the old
   values. A leaf that requires grad is refused, as MindSpore refuses in-place writes to it.
 - PyNative otherwise (inference, inside a first-order bprop): the kernel writes x's memory, nothing else."""
-import functools
-
 import mindspore as ms
 from mindspore import context, nn, ops
+from mindspore.ops import functional as F
+from mindspore._c_expression import _unsafe_set_version_counter
 from mindspore.graph.api import _pynative_executor
 from mindspore.graph.jit_context import jit_context
-from mindspore.ops.auto_generate import InplaceCopy
+from mindspore.ops.auto_generate import Identity, InplaceCopy
 
 from .backend import choose_backend
 from .kernels import KERNELS, alias_after_write, is_eager
@@ -125,6 +125,11 @@ class RotaryBackward(_SliceBounds):
         return dx, dcos, dsin
 
 
+CONSTANT_TARGET_ERROR = (
+    "ms_rotary: {name} is a compile-time constant in this graph (made by ops.ones/zeros/fill/ones_like or a "
+    "Tensor captured from outside the graph), which MindSpore folds into the graph, so an in-place write to it "
+    "would be lost (MindSpore's own Tensor.copy_ loses it too). Compute it from a graph input (e.g. x * 0 + 1), "
+    "hold it in a Parameter, or use the out-of-place op.")
 LEAF_ERROR = (
     "ms_rotary: {op} cannot rotate {name} in place while PyNative autograd records: {name} is a leaf tensor "
     "that requires grad (an input of the function being differentiated, or a trainable Parameter), and "
@@ -155,7 +160,7 @@ class _Rotary(_SliceBounds):
             return super().__call__(x, cos, sin)
         try:
             if not is_recording():
-                return self.kernel(x, cos, sin)
+                return self._call_now(x, cos, sin)
             return self._call_recorded(x, cos, sin)
         except Exception:
             # MindSpore 2.10 leaves PyNative autograd recording for good when a forward under ms.grad raises
@@ -180,6 +185,9 @@ class RotaryFunction(_Rotary):
                                                    transpose_of=None if call.in_place else self)
         object.__setattr__(self.backward, "transpose", transpose)
 
+    def _call_now(self, x, cos, sin):
+        return self.kernel(x, cos, sin)
+
     def _call_recorded(self, x, cos, sin):
         return nn.Cell.__call__(self, x, cos, sin)  # records the bprop
 
@@ -198,10 +206,20 @@ class InPlaceRotary(_Rotary):
         super().__init__(call, backend)
         self.function = RotaryFunction(call, self.backend)
         self.kernel = self.function.kernel
+        self.before_write = Identity()
+        self.constant_target_error = CONSTANT_TARGET_ERROR.format(name=call.input_name)
         self.inplace_copy = InplaceCopy()
 
     def construct(self, x, cos, sin):
-        return alias_after_write(x, self.inplace_copy(x, self.function(x, cos, sin)))
+        # The rotation reads a copy of x taken ahead of the write, which its bprop keeps for the cos/sin
+        # gradients: given x itself, MindSpore 2.10 hands the bprop the already written x when the call
+        # follows another in-place write or sits in an `if` branch (its own Tensor.copy_ fails the same way).
+        # CPU has no bf16 Identity: bf16 x is copied by its exact fp32 cast, rotated in fp32 and rounded once
+        # by the write back, as the kernel rounds.
+        if F.isconstant(x):
+            raise ValueError(self.constant_target_error)
+        before = x.astype(ms.float32) if x.dtype == ms.bfloat16 else self.before_write(x)
+        return alias_after_write(x, self.inplace_copy(x, self.function(before, cos, sin)))
 
     @property
     def out_of_place(self):
@@ -211,14 +229,20 @@ class InPlaceRotary(_Rotary):
                                                                     type(self).__name__))
         return self.__dict__["_out_of_place"]
 
+    def _call_now(self, x, cos, sin):
+        """Writes x's memory. The version bump holds even under ms._no_grad() inside a recorded forward: an op
+        that saved x for its backward then fails MindSpore's "modified by an inplace operation" check instead
+        of reading the rotated values."""
+        self.kernel(x, cos, sin)
+        advance_version(x, x._version + 1)
+        return x
+
     def _call_recorded(self, x, cos, sin):
         name, op = self.call.input_name, type(self).__name__
         if not x._requires_grad:
             if cos._requires_grad or sin._requires_grad:
                 raise ValueError(UNTRACKED_ERROR.format(op=op, name=name))
-            self.kernel(x, cos, sin)
-            _bump_version(x, 1)
-            return x
+            return self._call_now(x, cos, sin)
         if x._is_leaf:
             raise ValueError(LEAF_ERROR.format(op=op, name=name))
         # The rotation reads a view of x: a tensor object of its own that keeps x's memory and version
@@ -243,7 +267,7 @@ class _RebindSource(RotaryFunction):
 
     def construct(self, x, cos, sin):
         out = self.kernel(x, cos, sin)
-        _bump_version(out, self.version_floor)
+        advance_version(out, self.version_floor)
         return out
 
     def bprop(self, x, cos, sin, out, dout):
@@ -252,18 +276,8 @@ class _RebindSource(RotaryFunction):
         return super().bprop(x, cos, sin, out, dout)
 
 
-def _bump_version(x, times):
-    """Moves x's version counter (shared with its views) on by `times`: an in-place copy of zero elements
-    into a view of x, recorded by no autograd, is MindSpore's one public way to do it (~0.25 ms a time; the
-    flattened view, as x[0:0] can become a StridedSlice kernel, which has no bf16 kernel on CPU)."""
-    if not x.size:
-        return
-    empty = _empty(x.dtype)
-    with ms._no_grad():
-        for _ in range(times):
-            x.view(-1)[0:0].copy_(empty)
-
-
-@functools.lru_cache(maxsize=8)
-def _empty(dtype):
-    return ops.zeros((0,), dtype)
+def advance_version(x, at_least):
+    """Moves x's version counter (shared with its views) up to `at_least`, as MindSpore's own in-place ops
+    move it on each write (~1 us)."""
+    if x._version < at_least:
+        _unsafe_set_version_counter([x], [at_least])

@@ -52,27 +52,6 @@ def checked_slice(rotary_mode, partial_slice, dy_name, dy_shape, cos_shape, sin_
     return check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_name)
 
 
-CONSTANT_TARGET_ERROR = (
-    "ms_rotary: {name} is a compile-time constant in this graph (made by ops.ones/zeros/fill/ones_like or a "
-    "Tensor captured from outside the graph), which MindSpore folds into the graph, so an in-place write to it "
-    "would be lost (MindSpore's own Tensor.copy_ loses it too). Compute it from a graph input (e.g. x * 0 + 1), "
-    "hold it in a Parameter, or use the out-of-place op.")
-
-
-class _CheckedCustom(ops.Custom):
-    """ops.Custom whose first input, when the call writes it back in place, must not be a constant."""
-
-    def __init__(self, *args, refuse_constant_input=False, input_name="dy", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.refuse_constant_input = refuse_constant_input
-        self.input_name = input_name
-
-    def __infer__(self, *args):
-        if self.refuse_constant_input and args[0].get("value") is not None:
-            raise ValueError(CONSTANT_TARGET_ERROR.format(name=self.input_name))
-        return super().__infer__(*args)
-
-
 class _WritesFirstInput(ops.Custom):
     """An ops.Custom whose kernel writes its first input: RW_WRITE plus side_effect_mem keep the graph's
     reads of it before and after the call in order."""
@@ -120,10 +99,9 @@ class RotaryKernel(nn.Cell):
         self.device_target = ms.get_context("device_target")  # read once: it costs ~20 us
 
     def _custom(self, func, func_type, bf16_as_float32=False, **kwargs):
-        """The target's traced primitive; it refuses a constant dy when the result is written back into it."""
+        """The target's traced primitive."""
         infer_shape, infer_dtype = _infer_functions(self.call, bf16_as_float32)
-        return _CheckedCustom(func, infer_shape, infer_dtype, func_type=func_type,
-                              refuse_constant_input=self.call.in_place, input_name=self.call.input_name, **kwargs)
+        return ops.Custom(func, infer_shape, infer_dtype, func_type=func_type, **kwargs)
 
     def __call__(self, dy, cos, sin):
         if is_eager(self.device_target) and (self.call.in_place or dy.size >= EAGER_OUT_OF_PLACE_MIN_SIZE):
@@ -167,7 +145,8 @@ class CpuKernel(RotaryKernel):
         from .op_info import cpu as cpu_op_info  # installed beside the compiled kernel
 
         entry = cpu_op_info.ENTRIES[call.conjugate]
-        self.prim = self._custom(f"{library.compiled_kernel_path()}:{entry}", "aot",
+        library.load()  # a clear error now for a library that cannot serve the call, on every route
+        self.prim = self._custom(f"{library.LIB_PATH}:{entry}", "aot",
                                  reg_info=cpu_op_info.reg_info(entry, call.rotary_mode, call.partial_slice))
 
     def construct(self, dy, cos, sin):
@@ -239,10 +218,12 @@ class NumpyKernel(RotaryKernel):
 
     def cos_sin_grads_now(self, y_side, x_side, dcos, dsin, start, end):
         cos_dtype = DTYPE_NAMES[element_dtype(dcos.dtype)]
-        grads = numpy_kernel.cos_sin_grads(_host_float32(y_side)[..., start:end], _host_float32(x_side)[..., start:end],
-                                           tuple(dcos.shape), self.call.rotary_mode)
+        with numpy_kernel.default_fp_environment():
+            grads = numpy_kernel.cos_sin_grads(_host_float32(y_side)[..., start:end],
+                                               _host_float32(x_side)[..., start:end], tuple(dcos.shape),
+                                               self.call.rotary_mode)
         for target, grad in zip((dcos, dsin), grads):
-            _host_array(target)[...] = numpy_kernel.from_float32(grad.astype(np.float32), cos_dtype)
+            _host_array(target)[...] = numpy_kernel.from_float64(grad, cos_dtype)
 
 
 class AscendKernel(RotaryKernel):

@@ -6,6 +6,11 @@ import os
 
 LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
 _SHAPE = ctypes.c_int64 * 4
+# Every entry the package calls: the two plain C entries (eager calls) and the AOT entries ops.Custom loads
+# (kernel/cpu/aot_entry.cc, named in op_info/cpu.py). A stale or foreign library lacks one.
+C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad")
+AOT_ENTRIES = ("RotaryMulOut", "RotaryMulGradOut")
+_REINSTALL = "reinstall ms_rotary (`pip install .` builds it) or pass backend='pyfunc'"
 
 # Status codes of kernel/common/rotary_rules.h (13 and 14 come from the Ascend tiling only).
 STATUS_MESSAGES = {
@@ -43,8 +48,12 @@ class CompiledKernel:
         try:
             library = ctypes.CDLL(path)
         except OSError as error:
-            raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded ({error}); reinstall "
-                               f"ms_rotary (`pip install .` builds it) or pass backend='pyfunc'") from None
+            raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded ({error}); "
+                               f"{_REINSTALL}") from None
+        missing = [entry for entry in C_ENTRIES + AOT_ENTRIES if not hasattr(library, entry)]
+        if missing:
+            raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded (it lacks the entries "
+                               f"{missing}: a stale or foreign build); {_REINSTALL}")
         self.path = path
         self._rotate = library.ms_rotary_run
         self._rotate.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE] * 3 + [ctypes.c_char_p] * 3 + \

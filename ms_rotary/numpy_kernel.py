@@ -32,6 +32,21 @@ def from_float32(values, dtype_name):
     return np.where(is_nan, (bits >> 16) | np.uint32(0x40), rounded).astype(np.uint16)
 
 
+def from_float64(values, dtype_name):
+    """float64 -> dtype_name's storage, rounded once (the kernel's store_rounded): bf16 through a float32
+    rounded to odd, whose nearest-even rounding to bf16 is then that of the float64 itself."""
+    values = np.asarray(values, np.float64)
+    if dtype_name != "bfloat16":
+        return values.astype(np.float16 if dtype_name == "float16" else np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        single = values.astype(np.float32)
+        single = np.where(np.abs(single.astype(np.float64)) > np.abs(values), np.nextafter(single, np.float32(0)),
+                          single)
+        inexact = (single.astype(np.float64) != values) & ~np.isnan(values)
+    bits = np.ascontiguousarray(single).view(np.uint32) | inexact.astype(np.uint32)
+    return from_float32(bits.view(np.float32), "bfloat16")
+
+
 _LIBM = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
 _FE_DFL_ENV = ctypes.c_void_p(-1)  # glibc's FE_DFL_ENV: round to nearest, denormals kept, exceptions masked
 
@@ -39,16 +54,18 @@ _FE_DFL_ENV = ctypes.c_void_p(-1)  # glibc's FE_DFL_ENV: round to nearest, denor
 @contextlib.contextmanager
 def default_fp_environment():
     """MindSpore runs graph-mode pyfuncs on threads that flush denormals to zero (MXCSR FTZ/DAZ): numpy
-    there runs with the default environment, as the C++ kernel does, so results match in every mode."""
+    there runs with the default environment, as the C++ kernel does, so results match in every mode. inf and
+    NaN inputs are valid, as in the kernel: numpy's RuntimeWarnings on them are silenced."""
     saved = ctypes.create_string_buffer(64)  # fenv_t is 32 bytes on x86-64
-    if _LIBM.fegetenv(saved) != 0:
-        yield
-        return
-    _LIBM.fesetenv(_FE_DFL_ENV)
-    try:
-        yield
-    finally:
-        _LIBM.fesetenv(saved)
+    with np.errstate(all="ignore"):
+        if _LIBM.fegetenv(saved) != 0:
+            yield
+            return
+        _LIBM.fesetenv(_FE_DFL_ENV)
+        try:
+            yield
+        finally:
+            _LIBM.fesetenv(saved)
 
 
 def rotate_slice(d, c, s, rotary_mode, conjugate):

@@ -21,13 +21,47 @@ ROPE_TYPES = {
 _COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 
 
-def _number(params, key, positive=True):
-    value = params[key]
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or (positive and value <= 0):
-        raise ValueError(f"{_PREFIX}: rope_scaling[{key!r}]={value!r} must be a finite "
-                         f"{'positive ' if positive else ''}number")
-    return float(value)
+# What each config value must be: (kind, rule in words). Checked when present, before any table is computed.
+POSITIVE, NON_NEGATIVE, COUNT, FRACTION, FLAG, FACTORS = "positive", "non-negative", "count", "fraction", "flag", \
+    "factors"
+VALUE_KINDS = {
+    "rope_theta": POSITIVE, "factor": POSITIVE, "attention_factor": POSITIVE, "beta_fast": POSITIVE,
+    "beta_slow": POSITIVE, "mscale": NON_NEGATIVE, "mscale_all_dim": NON_NEGATIVE, "low_freq_factor": POSITIVE,
+    "high_freq_factor": POSITIVE, "original_max_position_embeddings": COUNT, "partial_rotary_factor": FRACTION,
+    "truncate": FLAG, "short_factor": FACTORS, "long_factor": FACTORS,
+}
+_RULES = {POSITIVE: "a finite number > 0", NON_NEGATIVE: "a finite number >= 0", COUNT: "an integer >= 1",
+          FRACTION: "a number in (0, 1]", FLAG: "True or False", FACTORS: "a list of finite numbers > 0"}
+
+
+def _is_real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fits(value, kind):
+    if kind == FLAG:
+        return isinstance(value, bool)
+    if kind == FACTORS:
+        return isinstance(value, (list, tuple)) and len(value) > 0 and all(_is_real(v) and v > 0 for v in value)
+    if not _is_real(value):
+        return False
+    if kind == COUNT:
+        return value >= 1 and float(value).is_integer()
+    if kind == FRACTION:
+        return 0 < value <= 1
+    return value > 0 if kind == POSITIVE else value >= 0
+
+
+def check_value(name, value, kind):
+    """`value` of config key `name` (shown as given) against its kind's rule; returns it as a float (a flag
+    or factor list unchanged)."""
+    if not _fits(value, kind):
+        raise ValueError(f"{_PREFIX}: {name}={value!r} must be {_RULES[kind]}")
+    return value if kind in (FLAG, FACTORS) else float(value)
+
+
+def _number(params, key):
+    return check_value(f"rope_scaling[{key!r}]", params[key], VALUE_KINDS[key])
 
 
 def _resolve(rope_scaling, max_position_embeddings):
@@ -42,6 +76,9 @@ def _resolve(rope_scaling, max_position_embeddings):
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"{_PREFIX}: rope_scaling rope_type={rope_type!r} is not supported; "
                          f"use one of {sorted(ROPE_TYPES)}")
+    for key, value in params.items():
+        if key in VALUE_KINDS and value is not None:
+            params[key] = check_value(f"rope_scaling[{key!r}]", value, VALUE_KINDS[key])
     required, optional = ROPE_TYPES[rope_type]
     if "original_max_position_embeddings" in required and "original_max_position_embeddings" not in params \
             and max_position_embeddings is not None:
@@ -118,10 +155,13 @@ def _longrope(dim, base, params, seq_len, max_position_embeddings):
             raise ValueError(f"{_PREFIX}: rope_type 'longrope' without 'factor' needs max_position_embeddings")
         factor = max_position_embeddings / original
     attention = params.get("attention_factor")
+    if attention is None and factor > 1 and original == 1:
+        raise ValueError(f"{_PREFIX}: rope_scaling['original_max_position_embeddings']=1 leaves longrope's default "
+                         f"attention factor undefined (it divides by log(1)); give 'attention_factor'")
     if attention is None:
         attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
     key = "long_factor" if seq_len > original else "short_factor"
-    ext = np.asarray(params[key], dtype=np.float64)
+    ext = np.asarray(params[key], dtype=np.float64)  # each > 0 (VALUE_KINDS)
     if ext.shape != (dim // 2,):
         raise ValueError(f"{_PREFIX}: rope_scaling[{key!r}] has {ext.size} values; rotary dim {dim} needs {dim // 2}")
     return _base_inv_freq(dim, base) / ext, float(attention)
@@ -130,9 +170,14 @@ def _longrope(dim, base, params, seq_len, max_position_embeddings):
 def inverse_frequencies(dim, rope_theta, rope_scaling, max_position_embeddings, seq_len):
     """(inv_freq [dim/2] float64, attention_factor) for a rotary of `dim` lanes. `seq_len` (the longest
     sequence in use) drives dynamic and longrope."""
+    if max_position_embeddings is not None:
+        check_value("max_position_embeddings", max_position_embeddings, COUNT)
     rope_type, params = _resolve(rope_scaling, max_position_embeddings)
-    base = _number(params, "rope_theta") if "rope_theta" in params else float(rope_theta)
-    if not (math.isfinite(base) and base > 1):
+    if "rope_theta" in params:
+        base = params["rope_theta"]
+    else:
+        base = check_value("rope_theta", rope_theta, POSITIVE)
+    if base <= 1:
         raise ValueError(f"{_PREFIX}: rope_theta={base!r} must be a finite number > 1")
     if rope_type == "default":
         return _base_inv_freq(dim, base), 1.0

@@ -58,6 +58,8 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=1, rope_theta=10000.0, rope_
     positions = _positions(positions, quarter)
     if seq_len is None:
         seq_len = int(positions.max()) + 1 if positions.size else 0
+    elif isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 0:
+        raise ValueError(f"{_PREFIX}: seq_len={seq_len!r} must be an integer >= 0")
     frequency_dim = rotary_dim // 2 if quarter else rotary_dim  # quarter: each half is a rotary of its own
     inv_freq, attention_factor = inverse_frequencies(frequency_dim, rope_theta, rope_scaling,
                                                      max_position_embeddings, seq_len)

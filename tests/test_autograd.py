@@ -215,3 +215,20 @@ def test_cos_sin_gradients_in_every_dtype_pair(dtype, cos_dtype, op_class, exec_
     tol = 4 * max(TOLERANCE[dtype], TOLERANCE[cos_dtype]) * max(1.0, np.abs(expected_cos).max())
     np.testing.assert_allclose(to_float64(grad_cos), expected_cos, rtol=tol, atol=tol)
     np.testing.assert_allclose(to_float64(grad_sin), expected_sin, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cos_dtype,fraction_bits", [("bfloat16", 7), ("float16", 10)])
+def test_half_precision_cos_sin_gradients_are_rounded_once(cos_dtype, fraction_bits, backend):
+    """Eagerly the kernel sums in double. Rounded through fp32 first, 1 + tie + 2**-30 (above the tie between
+    1 and its next value) became the tie, then 1.0 by round-to-even: one ulp below the correctly rounded
+    1 + ulp."""
+    ulp = 2.0 ** -fraction_bits
+    x = ms.Tensor(np.ones((1, 2, 1, 4), np.float32))
+    w = ms.Tensor(np.array([1 + ulp / 2, 2.0 ** -30], np.float32).reshape(1, 2, 1, 1).repeat(4, axis=-1))
+    cos = ms.Tensor(np.full((1, 1, 1, 4), 0.5, np.float32), DTYPES[cos_dtype])
+    sin = ms.Tensor(np.full((1, 1, 1, 4), 0.25, np.float32), DTYPES[cos_dtype])
+    op = ms_rotary.PartialRotaryMul("half", [0, 4], backend=backend)
+    grad_cos, grad_sin = ms.grad(lambda x, cos, sin: (op(x, cos, sin) * w).sum(), grad_position=(1, 2))(x, cos, sin)
+    np.testing.assert_array_equal(to_float64(grad_cos), np.full((1, 1, 1, 4), 1 + ulp))
+    np.testing.assert_array_equal(to_float64(grad_sin), np.array([-1, -1, 1, 1]).reshape(1, 1, 1, 4) * (1 + ulp))

@@ -24,6 +24,8 @@ def test_environment_variable_picks_the_backend(monkeypatch):
     assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).backend == "pyfunc"
     monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "aot")
     assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).backend == "aot"
+    monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "")  # empty means unset, as for MS_ROTARY_NUM_THREADS
+    assert ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8]).backend == "aot"
     monkeypatch.setenv(ms_rotary.BACKEND_ENV_VAR, "gpu")
     with pytest.raises(ValueError, match=r"\$MS_ROTARY_BACKEND='gpu' is not a backend"):
         ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8])

@@ -6,16 +6,18 @@ import shutil
 import subprocess
 import sys
 import threading
+import warnings
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import ops
+from mindspore.common.initializer import Initializer
 
 import ms_rotary
 from ms_rotary import functions, kernels, library
 from conftest import BACKENDS, random_tensor, raw_bits, to_float64
-from reference import rotary_grad
+from reference import rotary_forward, rotary_grad
 
 COS_SHAPE = (1, 2, 1, 16)
 
@@ -145,7 +147,8 @@ def test_threads_rotating_disjoint_slices_of_one_tensor_keep_both_writes(backend
 
 
 def test_bf16_nan_from_inf_times_zero_has_the_same_bits_on_both_backends():
-    """Before: 0xffc0 from the kernel, 0x7fc0 from numpy (its bf16 cast dropped the NaN's sign)."""
+    """Before: 0xffc0 from the kernel, 0x7fc0 from numpy (its bf16 cast dropped the NaN's sign), and numpy's
+    RuntimeWarnings on inputs the kernel takes silently."""
     dy_np = np.zeros((1, 1, 1, 8), np.float32)
     dy_np[..., 0] = np.inf
     cos = ms.Tensor(np.zeros((1, 1, 1, 8), np.float32), ms.bfloat16)  # inf * 0 = NaN
@@ -153,7 +156,9 @@ def test_bf16_nan_from_inf_times_zero_has_the_same_bits_on_both_backends():
     bits = []
     for backend in BACKENDS:
         dy = ms.Tensor(dy_np, ms.bfloat16)
-        ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8], backend=backend)(dy, cos, sin)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8], backend=backend)(dy, cos, sin)
         bits.append(raw_bits(dy))
     assert np.isnan(to_float64(dy)).any()
     np.testing.assert_array_equal(bits[0], bits[1])
@@ -200,23 +205,23 @@ def test_slice_values_python_cannot_pass_to_the_kernel_are_refused_by_name(parti
             op_class(0, partial_slice)
 
 
-def test_a_kernel_library_deleted_after_the_op_was_built_gives_a_clear_error(tmp_path, monkeypatch):
-    """Before: a raw OSError from ctypes at the first call."""
+def test_a_kernel_library_deleted_after_the_op_was_built_keeps_serving_it(tmp_path, monkeypatch):
+    """Before: a raw OSError from ctypes at the first call. An op loads (and checks) the library when it is
+    built, so a later deletion of the file does not reach it."""
     copy = tmp_path / "libms_rotary_cpu.so"
     shutil.copy(ms_rotary.compiled_kernel_path(), copy)
     monkeypatch.setattr(library, "LIB_PATH", str(copy))
-    op = ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8])
-    copy.unlink()
     library.load.cache_clear()
-    dy, _ = random_tensor(np.random.default_rng(5), (1, 2, 1, 16), "float32")
-    cos, sin = (t[..., :8] for t in _tables(6))
-    before = dy.asnumpy().copy()
     try:
-        with pytest.raises(RuntimeError, match="the compiled CPU kernel .* cannot be loaded .* reinstall ms_rotary"):
-            op(dy, cos.contiguous(), sin.contiguous())
+        op = ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8])
+        copy.unlink()
+        dy, dy64 = random_tensor(np.random.default_rng(5), (1, 2, 1, 16), "float32")
+        cos, sin = (t[..., :8].contiguous() for t in _tables(6))
+        op(dy, cos, sin)
     finally:
         library.load.cache_clear()
-    np.testing.assert_array_equal(dy.asnumpy(), before)
+    np.testing.assert_allclose(dy.asnumpy(), rotary_grad(0, dy64, to_float64(cos), to_float64(sin), 0, 8), rtol=1e-6,
+                               atol=1e-6)
 
 
 def test_a_view_of_part_of_a_tensor_is_refused_by_a_graph_call():
@@ -231,6 +236,8 @@ def test_a_view_of_part_of_a_tensor_is_refused_by_a_graph_call():
     try:
         with pytest.raises(ValueError, match=r"dy is a view of part of a larger tensor \(storage offset 64\)"):
             op(base[2:4], cos, sin)
+        with pytest.raises(ValueError, match=r"dy must be contiguous"):  # a transposed view of the whole
+            op(base.transpose(1, 0, 2, 3), cos[:, :1], sin[:, :1])
         np.testing.assert_array_equal(base.asnumpy(), before)
         op(whole, cos, sin)
     finally:
@@ -278,3 +285,66 @@ def test_an_error_inside_pynative_autograd_leaves_it_clean():
     grad = ms.grad(rotate_a_copy)(x)
     expected = rotary_grad(0, np.ones((1, 2, 1, 16)), to_float64(cos), to_float64(sin), 0, 8)
     np.testing.assert_allclose(grad.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+class _Uniform(Initializer):
+    """Seeded uniform values: a tensor made with init= holds them only once materialised."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.stream = seed  # not `seed`: Initializer uses that name itself
+
+    def _initialize(self, arr):
+        arr[...] = np.random.default_rng(self.stream).uniform(-1, 1, arr.shape)
+
+
+@pytest.mark.parametrize("exec_mode", ["pynative", "graph"])
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("op_name", ["PartialRotaryMul", "InplacePartialRotaryMul", "InplacePartialRotaryMulGrad"])
+def test_tensors_made_with_init_are_materialised_on_every_route(op_name, size, exec_mode):
+    """Before: a small out-of-place PyNative call returned zeros, the in-place ops raised the kernel's "null
+    pointer", a large out-of-place call MindSpore's RuntimeError. Now each route reads the initialised values."""
+    shape = (1, 4, 2, 16) if size == "small" else (2, 1024, 128, 16)  # large: the eager out-of-place route
+    lazy = [ms.Tensor(shape=s, dtype=ms.float32, init=_Uniform(seed)) for seed, s in
+            enumerate((shape, (1, shape[1], 1, 16), (1, shape[1], 1, 16)))]
+    x64, cos64, sin64 = (np.random.default_rng(seed).uniform(-1, 1, t.shape).astype(np.float32).astype(np.float64)
+                         for seed, t in enumerate(lazy))
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "graph" else ms.PYNATIVE_MODE)
+    try:
+        got = getattr(ms_rotary, op_name)("interleave-half", [0, 16])(*lazy)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    reference = rotary_grad if op_name == "InplacePartialRotaryMulGrad" else rotary_forward
+    np.testing.assert_allclose(got.asnumpy(), reference(3, x64, cos64, sin64, 0, 16), rtol=1e-5, atol=1e-5)
+
+
+def _foreign_library(directory, kind):
+    path = directory / "libms_rotary_cpu.so"
+    if kind == "empty file":
+        path.write_bytes(b"")
+    else:  # a loadable library without ms_rotary's entries: a stale or foreign build
+        source = directory / "foreign.c"
+        source.write_text("int foreign_entry(void) { return 0; }\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(path)], check=True)
+    return path
+
+
+@pytest.mark.parametrize("route", ["in place, PyNative", "out of place, PyNative", "GRAPH_MODE"])
+@pytest.mark.parametrize("kind", ["empty file", "missing entries"])
+def test_a_library_that_cannot_serve_the_call_gives_the_reinstall_error_on_every_route(kind, route, tmp_path,
+                                                                                       monkeypatch):
+    """Before: a raw ctypes AttributeError (PyNative), MindSpore's "error occurs when fetching function"
+    (graphs), or a raw error from ops.Custom for an empty file."""
+    monkeypatch.setattr(library, "LIB_PATH", str(_foreign_library(tmp_path, kind)))
+    library.load.cache_clear()
+    op_class = ms_rotary.PartialRotaryMul if route.startswith("out of place") else ms_rotary.InplacePartialRotaryMul
+    x, _ = random_tensor(np.random.default_rng(9), (1, 2, 1, 16), "float32")
+    before = x.asnumpy().copy()
+    ms.set_context(mode=ms.GRAPH_MODE if route == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    try:
+        with pytest.raises(RuntimeError, match=r"the compiled CPU kernel .* cannot be loaded .* reinstall ms_rotary"):
+            op_class(0, [0, 16], backend="aot")(x, *_tables(10))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        library.load.cache_clear()
+    np.testing.assert_array_equal(x.asnumpy(), before)

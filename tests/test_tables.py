@@ -168,13 +168,18 @@ def test_batched_positions_and_dtypes():
         np.testing.assert_allclose(sin.astype(ms.float32).asnumpy(), reference, atol=8e-3)
 
 
+_YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}
+_LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0],
+             "original_max_position_embeddings": 4096}
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(rope_scaling={"rope_type": "ntk-by-parts", "factor": 2.0}), ValueError, "rope_type='ntk-by-parts'"),
     (dict(rope_scaling={"rope_type": "linear"}), ValueError, r"needs \['factor'\]"),
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                         "original_max_position_embeddings": 8192}), ValueError, "high_freq_factor"),
     (dict(rope_scaling={"rope_type": "linear", "factor": 2.0, "fator": 3.0}), ValueError, r"\['fator'\]"),
-    (dict(rope_scaling={"rope_type": "linear", "factor": -1}), ValueError, "'factor'.*positive"),
+    (dict(rope_scaling={"rope_type": "linear", "factor": -1}), ValueError, r"'factor'\]=-1 must be a finite number > 0"),
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), ValueError, "needs max_position_embeddings"),
     (dict(rope_scaling=[("rope_type", "linear")]), TypeError, "must be None or a dict"),
     (dict(rotary_dim=7), ValueError, "rotary_dim=7 must be a positive multiple of 2"),
@@ -186,6 +191,29 @@ def test_batched_positions_and_dtypes():
     (dict(rope_theta=1.0), ValueError, "rope_theta=1.0"),
     (dict(dtype=ms.int32), TypeError, "dtype=Int32"),
     (dict(rotary_mode="rotate"), ValueError, "rotary_mode='rotate'"),
+    # Each config value's type, finiteness and range, the key named (before: ZeroDivisionError, finite
+    # garbage, NaN or negated tables, "can't multiply sequence", a string theta taken).
+    (dict(max_position_embeddings=0), ValueError, r"max_position_embeddings=0 must be an integer >= 1"),
+    (dict(max_position_embeddings=-4, rope_scaling={"rope_type": "dynamic", "factor": 2.0}), ValueError,
+     r"max_position_embeddings=-4 must be an integer >= 1"),
+    (dict(rope_scaling={**_YARN, "attention_factor": float("nan")}), ValueError,
+     r"rope_scaling\['attention_factor'\]=nan must be a finite number > 0"),
+    (dict(rope_scaling={**_YARN, "attention_factor": -1.0}), ValueError, r"'attention_factor'\]=-1.0"),
+    (dict(rope_scaling={**_YARN, "mscale": "1.0", "mscale_all_dim": 1.0}), ValueError,
+     r"rope_scaling\['mscale'\]='1.0' must be a finite number >= 0"),
+    (dict(rope_scaling={**_YARN, "beta_fast": float("inf")}), ValueError, r"'beta_fast'\]=inf"),
+    (dict(rope_scaling={**_YARN, "truncate": "yes"}), ValueError, r"'truncate'\]='yes' must be True or False"),
+    (dict(rope_scaling={**_YARN, "original_max_position_embeddings": 0}), ValueError,
+     r"'original_max_position_embeddings'\]=0 must be an integer >= 1"),
+    (dict(rope_scaling={**_LONGROPE, "short_factor": [1.0, 0.0]}), ValueError,
+     r"'short_factor'\]=\[1.0, 0.0\] must be a list of finite numbers > 0"),
+    (dict(rope_scaling={**_LONGROPE, "long_factor": [1.0, float("nan")]}), ValueError, r"'long_factor'"),
+    (dict(rope_scaling={"rope_type": "default", "partial_rotary_factor": 1.5}), ValueError,
+     r"'partial_rotary_factor'\]=1.5 must be a number in \(0, 1\]"),
+    (dict(rope_scaling={"rope_type": "default", "rope_theta": "10000"}), ValueError, r"'rope_theta'\]='10000'"),
+    (dict(rope_theta="10000"), ValueError, r"rope_theta='10000' must be a finite number > 0"),
+    (dict(rope_theta=float("nan")), ValueError, r"rope_theta=nan"),
+    (dict(seq_len=-1), ValueError, r"seq_len=-1 must be an integer >= 0"),
 ])
 def test_bad_configs_are_refused_by_name(kwargs, error, match):
     arguments = dict(positions=np.arange(4), rotary_dim=8, rotary_mode=0)

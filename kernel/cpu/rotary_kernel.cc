@@ -17,6 +17,7 @@
 #include "rotary_kernel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
@@ -60,6 +61,22 @@ inline float to_float(BF16 v) { return bf16_to_float(v.bits); }
 inline void store(float *dst, float v) { *dst = v; }
 inline void store(_Float16 *dst, float v) { *dst = static_cast<_Float16>(v); }
 inline void store(BF16 *dst, float v) { dst->bits = float_to_bf16(v); }
+
+// A double rounded once to the storage type (the cos/sin gradients' sums). bf16 goes through a float rounded
+// to odd: with 16 more bits than bf16, its nearest-even rounding to bf16 is then that of the double itself.
+inline void store_rounded(float *dst, double v) { *dst = static_cast<float>(v); }
+inline void store_rounded(_Float16 *dst, double v) { *dst = static_cast<_Float16>(v); }
+inline void store_rounded(BF16 *dst, double v) {
+  float f = static_cast<float>(v);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);  // toward zero
+  if (static_cast<double>(f) != v && !std::isnan(v)) {  // inexact: make the last bit sticky (odd)
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof(bits));
+    bits |= 1u;
+    std::memcpy(&f, &bits, sizeof(bits));
+  }
+  dst->bits = float_to_bf16(f);
+}
 
 // kChunk fp32 lanes as a GCC vector sized to one register of the build's SIMD (zmm, ymm, else 128-bit),
 // so a chunk of pairs is converted, shuffled and rotated in registers with no per-lane loop to vectorize.
@@ -518,8 +535,8 @@ void cos_sin_grad_rows(const T *y_side, const T *x_side, U *dcos, U *dsin, const
       }
     }
     for (int64_t l = 0; l < g.len; ++l) {
-      store(dcos + c * g.len + l, static_cast<float>(acc_c[l]));
-      store(dsin + c * g.len + l, static_cast<float>(acc_s[l]));
+      store_rounded(dcos + c * g.len + l, acc_c[l]);
+      store_rounded(dsin + c * g.len + l, acc_s[l]);
     }
   }
 }

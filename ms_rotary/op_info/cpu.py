@@ -3,9 +3,11 @@ import itertools
 
 from mindspore.ops import CustomRegOp, DataType
 
+from ..library import AOT_ENTRIES
+
 _FLOATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
 
-ENTRIES = {False: "RotaryMulOut", True: "RotaryMulGradOut"}  # entry point by direction (backward?)
+ENTRIES = dict(zip((False, True), AOT_ENTRIES))  # entry point by direction (backward?)
 
 # partial_slice=None reaches the kernel as [0, -1]: "up to cos.shape[-1]".
 SLICE_FROM_COS = [0, -1]

@@ -1,0 +1,1 @@
+"""CustomRegOp registration info, one module per target."""

@@ -1,1 +1,0 @@
-"""CustomRegOp registration info, one module per target (installed as ms_rotary.op_info)."""
