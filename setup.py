@@ -1,19 +1,29 @@
 """The build step pyproject.toml cannot state: the CPU kernel, compiled with the system C++ compiler into the
 source tree's ms_rotary/lib/ (so the source tree and an editable install find it), with a copy installed
 inside the package."""
+import importlib.util
 import os
 import shlex
 import shutil
 import subprocess
-import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "kernel", "cpu"))
-import kernel_build  # noqa: E402  sources and flags, shared with the tests and benchmarks
+
+
+def _load_kernel_build():
+    """ms_rotary/kernel_build.py (sources and flags, shared with the tests and benchmarks) by its path: the
+    package itself needs MindSpore, which the build environment does not have."""
+    spec = importlib.util.spec_from_file_location("kernel_build", os.path.join(HERE, "ms_rotary", "kernel_build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kernel_build = _load_kernel_build()
 
 
 def build_kernel(out_path):

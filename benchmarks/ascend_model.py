@@ -6,7 +6,7 @@ UB->GM with their bursts and bytes, pipe barriers, flag and queue waits, scalar 
 the queues have. This script turns the counts of the busiest core into a time with the figures below, for
 the kernel in this tree and, for comparison, the kernel at BEFORE_REVISION (the last one before the
 throughput restructure), built against today's shim:
-    python benchmarks/ascend_model.py [--against REV] [--hbm-gbs 1600]
+    python -m benchmarks.ascend_model [--against REV] [--hbm-gbs 1600]
 It prints per case the modeled time, the modeled share of HBM bandwidth (the op's bytes over HBM bandwidth,
 divided by the modeled time) and the limiting unit, then `worst modeled HBM efficiency: NN%` (after).
 
@@ -32,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 
-from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES
+from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEFORE_REVISION = "7558ad1"
@@ -85,7 +85,8 @@ def kernel_tree(revision, out_dir):
 
 def build_runner(kernel, out):
     ascend = os.path.join(kernel, "ascend")
-    sources = ["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp", "op_kernel/ms_rotary_partial_rotary_mul.cpp",
+    sources = ["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp",
+               "op_kernel/ms_rotary_partial_rotary_mul.cpp",
                "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"]
     subprocess.run(["g++", "-std=c++17", "-O2", f"-I{ascend}/host_shim", f"-I{ascend}/op_host",
                     f"-I{os.path.join(kernel, 'common')}", *(os.path.join(ascend, s) for s in sources), "-o", out],
@@ -132,14 +133,15 @@ def model(counts, case, args):
     times = [core_time_us(core, blocks, args) for core in counts["cores"]]
     core_us, limit = max(times)
     total_us = core_us + LAUNCH_US
-    op_bytes = 2 * rows * (end - start) * DTYPE_BYTES[dtype] + 2 * cos[0] * cos[1] * cos[2] * cos[3] * DTYPE_BYTES[dtype]
+    op_bytes = (2 * rows * (end - start) + 2 * cos[0] * cos[1] * cos[2] * cos[3]) * DTYPE_BYTES[dtype]
     hbm_us = op_bytes / (args.hbm_gbs * 1e3)
     return total_us, hbm_us / total_us, limit
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--against", default=BEFORE_REVISION, help="kernel revision to model for comparison ('' for none)")
+    parser.add_argument("--against", default=BEFORE_REVISION,
+                        help="kernel revision to model for comparison ('' for none)")
     parser.add_argument("--hbm-gbs", type=float, default=HBM_GBS)
     parser.add_argument("--clock-ghz", type=float, default=CLOCK_GHZ)
     args = parser.parse_args()

@@ -1,32 +1,28 @@
 """Per-call cost of the in-place forward in PyNative, with autograd recording and without: what each route
 (functions.py) adds to a call. Run alone (2 cores are easily saturated):
 
-    python benchmarks/call_overhead.py            # medians over rounds, microseconds per call
+    python -m benchmarks.call_overhead            # medians over rounds, microseconds per call
 
 - not recording: the op on a tiny tensor (the kernel writes it in place), and on a [4, 4096, 32, 128] fp32
   tensor from memory (ms per call);
 - recording: ms.value_and_grad of a function making K calls, each on a tensor of its own (as each layer
-  rotates its own q), minus the same function with each call replaced by the identity, per call: the forward route (view,
-  out-of-place kernel, rebinding, version bump) plus its backward; and K calls in a row on one tensor, where
-  the n-th call moves the version counter n times (functions.py);
+  rotates its own q), minus the same function with each call replaced by the identity, per call: the forward
+  route (view, out-of-place kernel, rebinding, version bump) plus its backward; and K calls in a row on one
+  tensor;
 - beside each recording figure, the same rotary written with plain MindSpore ops (examples/rope_common.py).
 
 Rows go to benchmarks/runs.csv (case "per call ...")."""
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import mindspore as ms
 import numpy as np
 from mindspore.graph.api import _pynative_executor
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-import ms_rotary  # noqa: E402
-from rope_common import plain_rotary  # noqa: E402
-from runs_csv import append_rows  # noqa: E402
+import ms_rotary
+from benchmarks.runs_csv import append_rows
+from examples.rope_common import plain_rotary
 
 ROUNDS = 5
 

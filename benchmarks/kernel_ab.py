@@ -3,22 +3,21 @@ where MindSpore puts it, caches evicted before each call) run for several rounds
 With --against REV, the kernel at that git revision is built too and the two builds run in turn: alternating
 them, and comparing each to the loop in the same process, is what makes a 10-20% difference visible on
 machines this noisy.
-    python benchmarks/kernel_ab.py [--against REV] [--rounds N]      e.g. --against HEAD~1
-    python benchmarks/kernel_ab.py --build DIR                       builds kernel_rows into DIR only
+    python -m benchmarks.kernel_ab [--against REV] [--rounds N]      e.g. --against HEAD~1
+    python -m benchmarks.kernel_ab --build DIR                       builds kernel_rows into DIR only
 """
 import argparse
 import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 
-from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS
+from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS
+from ms_rotary import kernel_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "kernel", "cpu"))
-import kernel_build  # noqa: E402
+
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
 CASES = {f"{label.removesuffix('-like')} {DTYPE_NAMES[dtype]}": (shape, (start, end), mode, dtype)
          for label, shape, (start, end), mode, dtype in LARGE_CASES}
@@ -48,7 +47,8 @@ def kernel_at(rev, out_dir):
         target = os.path.join(root, os.path.relpath(path, "kernel"))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with open(target, "wb") as f:
-            f.write(subprocess.run(["git", "-C", ROOT, "show", f"{rev}:{path}"], check=True, capture_output=True).stdout)
+            shown = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:{path}"], check=True, capture_output=True)
+            f.write(shown.stdout)
     return os.path.join(root, "cpu")
 
 

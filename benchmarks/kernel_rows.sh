@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
-binary=$(python3 benchmarks/kernel_ab.py --build "$out")
+binary=$(python3 -m benchmarks.kernel_ab --build "$out")
 run() { "$binary" "$@"; }
 echo "from cache (dy 1 MB or less, 1 thread): per-row compute"
 for dtype in float32 float16 bfloat16; do
@@ -12,7 +12,7 @@ for dtype in float32 float16 bfloat16; do
   run 1 64 16 192 128 192 3 $dtype 1 2000
 done
 echo "from memory (2 threads): the large cases"
-python3 benchmarks/kernel_ab.py --rounds 1
+python3 -m benchmarks.kernel_ab --rounds 1
 echo "D=64 vs D=1024 again, dy in 2 MiB pages (no TLB misses: what is left is DRAM locality)"
 run 1 8192 32 64 0 64 0 float32 2 15 2m
 run 1 8192 32 1024 0 64 0 float32 2 15 2m

@@ -1,6 +1,6 @@
 """ms_rotary CPU benchmark: one command, one run, ratios side by side (these machines are noisy).
 
-    pip install ".[bench]" && python benchmarks/run.py [--quick]
+    pip install ".[bench]" && python -m benchmarks.run [--quick]
 
 Prints a markdown table (shape, dtype, mode, ms, GB/s, % of copy bandwidth and of a same-bytes C loop, ratio vs
 each peer), writes benchmarks/results/latest.md and benchmarks/results/bandwidth.png (GB/s vs problem size per
@@ -13,7 +13,6 @@ import functools
 import os
 import statistics
 import subprocess
-import sys
 import threading
 import time
 
@@ -25,13 +24,12 @@ import numpy as np  # noqa: E402
 from mindspore.graph.api import _pynative_executor
 
 import ms_rotary
+from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS
+from benchmarks.runs_csv import RUNS_CSV, append_rows
+from examples.rope_common import plain_rotary  # the same math from MindSpore built-ins
 from ms_rotary import library, numpy_kernel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-from rope_common import plain_rotary  # noqa: E402  the same math from MindSpore built-ins
-from cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS  # noqa: E402
-from runs_csv import RUNS_CSV, append_rows  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 NP_DTYPES = {"float32": np.float32, "bfloat16": None}
@@ -223,7 +221,7 @@ def torch_impls(mode, start, end):
     return {"torch eager": on_torch(backward), "torch.compile": on_torch(compiled)}
 
 
-# --- the report ---------------------------------------------------------------------------------------------------------
+# --- the report -------------------------------------------------------------------------------------------------------
 SLICE_TOUCH = None  # set in main(): the compiled slice_touch, or None
 
 

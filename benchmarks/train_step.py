@@ -3,14 +3,12 @@ attention, output projection), forward + backward + SGD update, with the rotary 
 the same rotary written with plain MindSpore ops (examples/rope_common.py), and with no rotary at all (the
 rotary's share of the step is measured against that). Run alone (2 cores are easily saturated):
 
-    python benchmarks/train_step.py                 # GRAPH_MODE and PyNative, fp32 (bf16: see below)
+    python -m benchmarks.train_step                 # GRAPH_MODE and PyNative, fp32 (bf16: see below)
 
 Rows go to benchmarks/runs.csv (case "train_step ..."). bf16 is attempted and reported as refused when
 MindSpore 2.10 has no CPU kernel for the block's own ops (MatMul, softmax)."""
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import mindspore as ms
@@ -18,11 +16,9 @@ import numpy as np
 from mindspore import nn
 from mindspore.graph.api import _pynative_executor
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-import ms_rotary  # noqa: E402
-from rope_common import RotaryAttention  # noqa: E402
-from runs_csv import append_rows  # noqa: E402
+import ms_rotary
+from benchmarks.runs_csv import append_rows
+from examples.rope_common import RotaryAttention
 
 # name: (batch, seq, heads, head_dim, mode, rotated slice)
 SHAPES = {

@@ -1,14 +1,16 @@
 """ChatGLM-6B (v1)-style 2D rotary (mode 2, quarter): the first half of each head rotates by the token
 position, the second half by the block position (0 in the context, 1, 2, ... in the generated span)."""
 import numpy as np
+from rope_common import RotaryAttention, self_check
 
 import ms_rotary
-from rope_common import RotaryAttention, self_check
 
 # ChatGLM-6B's config, shrunk (hidden 4096, 32 heads, position_encoding_2d; each half is a rotary of D/2 lanes).
 CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "position_encoding_2d": True, "max_sequence_length": 2048}
 D_MODEL, N_HEADS = CONFIG["hidden_size"], CONFIG["num_attention_heads"]
 HEAD_DIM = D_MODEL // N_HEADS
+
+TITLE = "ChatGLM-6B 2D quarter, slice [0, 16) of 16"
 
 
 def build_attention(use_ms_rotary=True):
@@ -24,4 +26,4 @@ def rope_tables(seq_len, context_len=None):
 
 
 if __name__ == "__main__":
-    self_check("ChatGLM-6B 2D quarter, slice [0, 16) of 16", build_attention, rope_tables, D_MODEL)
+    self_check(TITLE, build_attention, rope_tables, D_MODEL)

@@ -3,9 +3,9 @@ and rotated as halves (mode 3, interleave-half) on the tail slice; the key's rop
 by all heads, rotated by the same op with N = 1 (cos/sin broadcast)."""
 import numpy as np
 from mindspore import nn, ops
+from rope_common import causal_attention, rotary_cell, self_check
 
 import ms_rotary
-from rope_common import causal_attention, rotary_cell, self_check
 
 # A Hugging Face DeepseekV3Config, shrunk (DeepSeek-V3: qk_nope 128, qk_rope 64, kv_lora_rank 512, v 128),
 # with its YaRN rope_scaling as published.
@@ -38,6 +38,8 @@ class MLAttention(nn.Cell):
         k = ops.cat([k_nope, ops.broadcast_to(k_pe, (b, s, N_HEADS, ROPE_DIM))], -1)
         return self.out(causal_attention(q, k, v))
 
+TITLE = "DeepSeek MLA interleave-half, slice [16, 24) of 24"
+
 
 def build_attention(use_ms_rotary=True):
     return MLAttention(use_ms_rotary)
@@ -51,4 +53,4 @@ def rope_tables(seq_len):
 
 
 if __name__ == "__main__":
-    self_check("DeepSeek MLA interleave-half, slice [16, 24) of 24", build_attention, rope_tables, D_MODEL)
+    self_check(TITLE, build_attention, rope_tables, D_MODEL)

@@ -1,8 +1,8 @@
 """GPT-NeoX / Pythia / Phi-style attention: rotate-half (mode 0) on the first rotary_pct of each head."""
 import numpy as np
+from rope_common import RotaryAttention, self_check
 
 import ms_rotary
-from rope_common import RotaryAttention, self_check
 
 # A Hugging Face GPTNeoXConfig, shrunk (Pythia-70m has hidden 512, 8 heads, rotary_pct 0.25).
 CONFIG = {"hidden_size": 64, "num_attention_heads": 2, "rotary_pct": 0.25, "rotary_emb_base": 10000,
@@ -10,6 +10,8 @@ CONFIG = {"hidden_size": 64, "num_attention_heads": 2, "rotary_pct": 0.25, "rota
 D_MODEL, N_HEADS = CONFIG["hidden_size"], CONFIG["num_attention_heads"]
 HEAD_DIM = D_MODEL // N_HEADS
 ROT_DIM = int(HEAD_DIM * CONFIG["rotary_pct"])  # 8: rotate [0, 8) of each 32-wide head
+
+TITLE = "GPT-NeoX half, slice [0, 8) of 32"
 
 
 def build_attention(use_ms_rotary=True):
@@ -22,4 +24,4 @@ def rope_tables(seq_len):
 
 
 if __name__ == "__main__":
-    self_check("GPT-NeoX half, slice [0, 8) of 32", build_attention, rope_tables, D_MODEL)
+    self_check(TITLE, build_attention, rope_tables, D_MODEL)

@@ -5,8 +5,7 @@ from .library import compiled_kernel_path
 from .modes import MODE_NAMES
 from .ops import InplacePartialRotaryMul, InplacePartialRotaryMulGrad, PartialRotaryMul, partial_rotary_mul
 from .tables import rope_cos_sin
-from .version import __version__
-
+from .version import __version__  # noqa: F401  (ms_rotary.__version__)
 
 __all__ = [
     "InplacePartialRotaryMulGrad",

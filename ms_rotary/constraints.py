@@ -51,7 +51,8 @@ def normalize_slice(partial_slice):
 
 
 def is_empty_work(dy_shape, cos_shape, start, end):
-    """Empty work (docs/operator.md): nothing to rotate, or a zero-sized axis in dy or cos/sin (whose shapes are equal)."""
+    """Empty work (docs/operator.md): nothing to rotate, or a zero-sized axis in dy or cos/sin (whose shapes
+    are equal)."""
     return start == end or 0 in tuple(dy_shape) or 0 in tuple(cos_shape)
 
 

@@ -2,42 +2,26 @@
 on one target; its bprop is the transposed direction, out of place (itself a RotaryFunction, so gradients of
 any order), plus the gradients for cos and sin.
 
-In place under autograd, per execution mode (README, "Autograd and in place"):
-- GRAPH_MODE / ms.jit: the rotation is computed out of place and written back with MindSpore's own
-  InplaceCopy, so MindSpore orders every read, view and gradient around the write as for its own in-place
-  ops. (A custom kernel writing x in place was tried: a slice of x read before it saw the rotated values,
-  the bprop was handed the written x when cos/sin were graph inputs, and a call whose result was dropped
-  reached its bprop with the arguments packed into dout.)
-- PyNative while autograd records: the rotation runs out of place and x is rebound to the result with
-  Tensor.assign_value (as MindSpore's own Tensor.__setitem__ does under autograd), so later reads of x see
-  the rotation and differentiate through it; an op that saved x itself for its backward then fails
-  MindSpore's "modified by an inplace operation" check instead of reading the rotated values. x's old
-  memory is not written: MindSpore 2.10's in-place autograd of views (Tensor.copy_ on
-  q = linear(h).reshape(...)) returns zero gradients on CPU; so other views of that memory keep the old
-  values. A leaf that requires grad is refused, as MindSpore refuses in-place writes to it.
-- PyNative otherwise (inference, inside a first-order bprop): the kernel writes x's memory, nothing else."""
+In place, per route (routes.py; the user-facing statement is README, "Autograd and in place"; what was
+tried before is in benchmarks/NOTES.md):
+- TRACED: the rotation of a copy of x, out of place, written back with MindSpore's own InplaceCopy, which
+  MindSpore orders reads, views and gradients around (InPlaceRotary.construct).
+- RECORDING: the rotation out of place, x rebound to the result as MindSpore's own Tensor.__setitem__ does
+  under autograd; x's old memory is kept (MindSpore 2.10's autograd of an in-place write to a view gives
+  zero gradients on CPU). Leaves that require grad are refused, as MindSpore refuses them.
+- EAGER: the kernel writes x's memory and moves its version counter."""
 import mindspore as ms
-from mindspore import context, nn, ops
-from mindspore.ops import functional as F
+from mindspore import nn, ops
 from mindspore._c_expression import _unsafe_set_version_counter
 from mindspore.graph.api import _pynative_executor
-from mindspore.graph.jit_context import jit_context
+from mindspore.ops import functional as F
 from mindspore.ops.auto_generate import Identity, InplaceCopy
 
-from .backend import choose_backend
-from .kernels import KERNELS, alias_after_write, is_eager
+from . import routes
+from .kernels import KERNELS, alias_after_write
 from .layouts import MERGE, SPLIT
 from .modes import MODE_LAYOUTS
-
-
-def is_pynative():
-    return context._get_mode() == ms.PYNATIVE_MODE and jit_context() is None
-
-
-def is_recording():
-    """True while PyNative autograd records ops for a later backward (the forward of ms.grad, value_and_grad,
-    TrainOneStepCell; a bprop while an outer grad differentiates it)."""
-    return _pynative_executor.grad_flag() and _pynative_executor.enable_grad()
+from .routes import Route
 
 
 def cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
@@ -84,10 +68,11 @@ class _SliceBounds(nn.Cell):
 
 
 class RotaryBackward(_SliceBounds):
-    """(x, cos, sin, dout) -> (dx, dcos, dsin) of one RotaryFunction, x being its first input. Eagerly (PyNative on CPU), cos/sin gradients are computed only for a cos/sin that requires grad:
+    """(x, cos, sin, dout) -> (dx, dcos, dsin) of one RotaryFunction, x being its first input. Eagerly
+    (PyNative on CPU), cos/sin gradients are computed only for a cos/sin that requires grad:
     by the target's kernel, or with MindSpore ops while an outer grad records this backward."""
 
-    def __init__(self, call, backend):
+    def __init__(self, call, backend, device_target):
         super().__init__(call)
         x_layout, y_layout = MODE_LAYOUTS[call.rotary_mode]
         self.split_x, self.merge_y = SPLIT[x_layout], MERGE[y_layout]
@@ -97,12 +82,12 @@ class RotaryBackward(_SliceBounds):
             self.cos_sin_grads = cos_sin_grads
         # (first input, dout) -> (y side, x side): the backward's input is in y's layout
         self.sides = _backward_sides if call.conjugate else _forward_sides
-        self.device_target = ms.get_context("device_target")
-        self._grads_kernel = KERNELS[backend](call.out_of_place())
+        self.device_target = device_target
+        self._grads_kernel = KERNELS[backend](call.out_of_place(), device_target)
         self.transpose = None  # the transposed RotaryFunction, set by the function this backward belongs to
 
     def __call__(self, x, cos, sin, dout):
-        if is_eager(self.device_target):
+        if routes.runs_now_on_host(self.device_target):
             return self._eager(x, cos, sin, dout)
         return super().__call__(x, cos, sin, dout)
 
@@ -117,7 +102,7 @@ class RotaryBackward(_SliceBounds):
         if not (cos._requires_grad or sin._requires_grad):
             return dx, None, None  # nothing asks for them (MindSpore makes zeros if something does)
         y_side, x_side = self.sides(x, dout)
-        if is_recording():
+        if routes.current() is Route.RECORDING:
             dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos),
                                             cos)
         else:
@@ -148,24 +133,26 @@ SECOND_ORDER_ERROR = (
 
 
 class _Rotary(_SliceBounds):
-    """One RotaryCall on the chosen target: the eager routing shared by both kinds of call."""
+    """One RotaryCall on a target (`backend`, a kernels.KERNELS key, for `device_target`): the routing shared
+    by both kinds of call."""
 
-    def __init__(self, call, backend=None):
+    def __init__(self, call, backend, device_target):
         super().__init__(call)
         self.call = call
-        self.backend = choose_backend(backend, ms.get_context("device_target"))
+        self.backend, self.device_target = backend, device_target
 
     def __call__(self, x, cos, sin):
-        if not is_pynative():  # traced: construct and the bprops go into the graph
+        route = routes.current()
+        if route is Route.TRACED:  # construct and the bprops go into the graph
             return super().__call__(x, cos, sin)
         try:
-            if not is_recording():
+            if route is Route.EAGER:
                 return self._call_now(x, cos, sin)
             return self._call_recorded(x, cos, sin)
         except Exception:
             # MindSpore 2.10 leaves PyNative autograd recording for good when a forward under ms.grad raises
             # (later first-order backwards then run as if second-order): reset it before the error leaves.
-            if is_recording():
+            if routes.current() is Route.RECORDING:
                 _pynative_executor.clear_res()
             raise
 
@@ -174,14 +161,14 @@ class RotaryFunction(_Rotary):
     """The call with its bprop. Traced it computes out of place, so x is never written and the bprop can use
     it (an in-place call's graph writes the result back after: InPlaceRotary)."""
 
-    def __init__(self, call, backend=None, transpose_of=None):
-        super().__init__(call, backend)
-        self.kernel = KERNELS[self.backend](call)
-        self.backward = RotaryBackward(call, self.backend)
+    def __init__(self, call, backend, device_target, transpose_of=None):
+        super().__init__(call, backend, device_target)
+        self.kernel = KERNELS[backend](call, device_target)
+        self.backward = RotaryBackward(call, backend, device_target)
         # An out-of-place function and its transpose refer to each other (gradients of any order without
         # building more), outside the cell tree so it has no cycle. An in-place call's transpose gets an
         # out-of-place transpose of its own: autograd's dout must never be written.
-        transpose = transpose_of or RotaryFunction(call.transpose(), self.backend,
+        transpose = transpose_of or RotaryFunction(call.transpose(), backend, device_target,
                                                    transpose_of=None if call.in_place else self)
         object.__setattr__(self.backward, "transpose", transpose)
 
@@ -202,9 +189,9 @@ class InPlaceRotary(_Rotary):
     """In place. Traced: `function` (this call, computed out of place) then MindSpore's InplaceCopy into x.
     PyNative: the kernel writes x, or, while autograd records, x is rebound to the out-of-place result."""
 
-    def __init__(self, call, backend=None):
-        super().__init__(call, backend)
-        self.function = RotaryFunction(call, self.backend)
+    def __init__(self, call, backend, device_target):
+        super().__init__(call, backend, device_target)
+        self.function = RotaryFunction(call, backend, device_target)
         self.kernel = self.function.kernel
         self.before_write = Identity()
         self.constant_target_error = CONSTANT_TARGET_ERROR.format(name=call.input_name)
@@ -226,7 +213,7 @@ class InPlaceRotary(_Rotary):
         """This call out of place, built on first use: what PyNative autograd records for it."""
         if "_out_of_place" not in self.__dict__:
             object.__setattr__(self, "_out_of_place", _RebindSource(self.call.out_of_place(), self.backend,
-                                                                    type(self).__name__))
+                                                                    self.device_target, type(self).__name__))
         return self.__dict__["_out_of_place"]
 
     def _call_now(self, x, cos, sin):
@@ -261,8 +248,8 @@ class _RebindSource(RotaryFunction):
 
     version_floor = 0
 
-    def __init__(self, call, backend, op_name):
-        super().__init__(call, backend)
+    def __init__(self, call, backend, device_target, op_name):
+        super().__init__(call, backend, device_target)
         self.second_order_error = SECOND_ORDER_ERROR.format(op=op_name)
 
     def construct(self, x, cos, sin):
@@ -271,13 +258,13 @@ class _RebindSource(RotaryFunction):
         return out
 
     def bprop(self, x, cos, sin, out, dout):
-        if is_recording():
+        if routes.current() is Route.RECORDING:
             raise ValueError(self.second_order_error)
         return super().bprop(x, cos, sin, out, dout)
 
 
 def advance_version(x, at_least):
     """Moves x's version counter (shared with its views) up to `at_least`, as MindSpore's own in-place ops
-    move it on each write (~1 us)."""
+    move it on each write."""
     if x._version < at_least:
         _unsafe_set_version_counter([x], [at_least])

@@ -14,21 +14,20 @@ In PyNative an in-place call bypasses ops.Custom: MindSpore 2.10's PyNative ops.
 private copy of any view tensor (reshape, view and slicing outputs, e.g. q after a linear layer), so an
 in-place write there would be lost. The eager kernel writes through Tensor.data_ptr() after MindSpore's async
 op queue has drained, so earlier reads of dy see the old values and later ops the new. A small out-of-place
-call goes through ops.Custom in PyNative too: it joins MindSpore's queue (~100 us of dispatch) instead of
-draining it, which costs 1-3 ms whenever other work is queued, as it always is in a backward; a large one
-runs eagerly, where that wait is small beside the kernel and the private copy of a view is not."""
+call goes through ops.Custom in PyNative: it joins MindSpore's queue instead of draining it, which costs
+more than its dispatch whenever other work is queued (a backward); a large one runs eagerly, where the wait
+is small beside the kernel (figures: benchmarks/NOTES.md, "Routes")."""
 import ctypes
 import functools
 
 import mindspore as ms
 import numpy as np
-from mindspore import context, mint, nn, ops
+from mindspore import mint, nn, ops
 from mindspore.graph.api import _pynative_executor
-from mindspore.graph.jit_context import jit_context
 from mindspore.ops import signature as sig
 from mindspore.ops.auto_generate import Clone
 
-from . import library, numpy_kernel
+from . import library, numpy_kernel, routes
 from .constraints import check_dtypes, check_shapes, element_dtype, is_empty_work, require_contiguous, resolve_slice
 
 # Out of place, PyNative: from this many elements (a kernel of a few ms, beside which the queue's drain is
@@ -38,15 +37,10 @@ DTYPE_NAMES = {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloa
 _HOST_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": numpy_kernel.BF16_BITS}
 
 
-def is_eager(device_target):
-    """True when a call runs now, on host memory, rather than being traced into a graph."""
-    return device_target == "CPU" and context._get_mode() == ms.PYNATIVE_MODE and jit_context() is None
-
-
 @functools.lru_cache(maxsize=256)
 def checked_slice(rotary_mode, partial_slice, dy_name, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype,
                   sin_dtype):
-    """The constraint checks, remembered per signature (a training loop repeats a few): ~4 us -> ~0.3 us.
+    """The constraint checks, remembered per signature (a training loop repeats a few).
     A failing check raises, and lru_cache does not remember raised calls."""
     check_dtypes(dy_dtype, cos_dtype, sin_dtype, dy_name)
     return check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_name)
@@ -93,10 +87,10 @@ class RotaryKernel(nn.Cell):
     always into a new tensor. Subclasses give `construct` (traced) and `rotate_now`/`cos_sin_grads_now`
     (eager)."""
 
-    def __init__(self, call):
+    def __init__(self, call, device_target):
         super().__init__()
         self.call = call
-        self.device_target = ms.get_context("device_target")  # read once: it costs ~20 us
+        self.device_target = device_target
 
     def _custom(self, func, func_type, bf16_as_float32=False, **kwargs):
         """The target's traced primitive."""
@@ -104,7 +98,8 @@ class RotaryKernel(nn.Cell):
         return ops.Custom(func, infer_shape, infer_dtype, func_type=func_type, **kwargs)
 
     def __call__(self, dy, cos, sin):
-        if is_eager(self.device_target) and (self.call.in_place or dy.size >= EAGER_OUT_OF_PLACE_MIN_SIZE):
+        if routes.runs_now_on_host(self.device_target) and (self.call.in_place or
+                                                              dy.size >= EAGER_OUT_OF_PLACE_MIN_SIZE):
             return self.run_eager(dy, cos, sin)
         return super().__call__(dy, cos, sin)
 
@@ -140,8 +135,8 @@ class RotaryKernel(nn.Cell):
 class CpuKernel(RotaryKernel):
     """kernel/cpu: in place it reads and writes only the slice of each row."""
 
-    def __init__(self, call):
-        super().__init__(call)
+    def __init__(self, call, device_target):
+        super().__init__(call, device_target)
         from .op_info import cpu as cpu_op_info  # installed beside the compiled kernel
 
         entry = cpu_op_info.ENTRIES[call.conjugate]
@@ -185,8 +180,8 @@ def _host_float32(tensor):
 class NumpyKernel(RotaryKernel):
     """numpy_kernel: the fallback when the compiled kernel is missing, and its bit-exact statement."""
 
-    def __init__(self, call):
-        super().__init__(call)
+    def __init__(self, call, device_target):
+        super().__init__(call, device_target)
 
         def compute(dy, cos, sin):
             start, end = resolve_slice(call.partial_slice, cos.shape)
@@ -229,8 +224,8 @@ class NumpyKernel(RotaryKernel):
 class AscendKernel(RotaryKernel):
     """kernel/ascend (built by kernel/ascend/build.sh): the kernel writes its first input, here a clone."""
 
-    def __init__(self, call):
-        super().__init__(call)
+    def __init__(self, call, device_target):
+        super().__init__(call, device_target)
         from .op_info import ascend as ascend_op_info
 
         op_type = ascend_op_info.OP_TYPES[call.conjugate]

@@ -8,13 +8,12 @@ Each is differentiable, to any order, for its first input and for cos and sin (f
 import functools
 import warnings
 
-import mindspore as ms
-from mindspore import context
-
+from . import routes
+from .backend import choose_backend
 from .call import RotaryCall
 from .constraints import check_eager_inputs, normalize_mode, normalize_slice, require_whole_storage
-from .functions import InPlaceRotary, RotaryFunction, is_pynative, is_recording
-
+from .functions import InPlaceRotary, RotaryFunction
+from .routes import Route
 
 _ARGUMENTS = """
     Args:
@@ -58,7 +57,8 @@ class _RotaryOp:
     def __init__(self, rotary_mode=1, partial_slice=None, backend=None):
         call = RotaryCall(normalize_mode(rotary_mode), normalize_slice(partial_slice), self._conjugate,
                           self._in_place, self._input_name)
-        super().__init__(call, backend)
+        device_target = routes.device_target()
+        super().__init__(call, choose_backend(backend, device_target), device_target)
         self.rotary_mode = call.rotary_mode
         self.partial_slice = call.partial_slice
 
@@ -68,9 +68,10 @@ class _RotaryOp:
                             f"got {len(args)} positional and {sorted(kwargs)} keyword arguments")
         # While PyNative autograd records, an in-place call rebinds x instead of writing its memory: no aliasing
         # to check (reading data_ptr would also wait for MindSpore's queue).
-        writes_memory = self._in_place and not (is_pynative() and is_recording())
+        route = routes.current()
+        writes_memory = self._in_place and route is not Route.RECORDING
         check_eager_inputs(*args, dy_name=self._input_name, in_place=self._in_place, writes_memory=writes_memory)
-        graph = context._get_mode() == ms.GRAPH_MODE
+        graph = route is Route.TRACED  # called from Python in GRAPH_MODE: this call compiles its own graph
         if graph and self._in_place:
             require_whole_storage(args[0], self._input_name)
         out = super().__call__(*args)

@@ -7,12 +7,11 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 
+from ms_rotary import kernel_build
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "kernel", "cpu"))
-import kernel_build  # noqa: E402
 
 ASCEND = os.path.join(ROOT, "kernel", "ascend")
 COMMON = os.path.join(ROOT, "kernel", "common")

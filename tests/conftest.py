@@ -3,12 +3,11 @@ import os
 import shutil
 import tempfile
 
+import builds
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore.graph.api import _pynative_executor
-
-import builds
 
 # MindSpore writes rank_*/ and logs into the working directory: keep them out of the checkout (and remove
 # them at the end of the session).
@@ -17,9 +16,37 @@ _WORK_DIR = tempfile.mkdtemp(prefix="ms_rotary_tests_")
 os.chdir(_WORK_DIR)
 
 
+def _named_on_the_command_line(config):
+    """Node ids given as arguments (path::name...), relative to the root as item.nodeid is."""
+    named = []
+    for arg in config.args:
+        path, separator, rest = arg.partition("::")
+        if separator:
+            absolute = os.path.join(str(config.invocation_params.dir), path)
+            named.append(os.path.relpath(absolute, str(config.rootpath)) + "::" + rest)
+    return named
+
+
+def _deselect_slow_unless_asked(config, items):
+    """Without -m, slow cases run only when named (pytest tests/x.py::test_y[case])."""
+    if config.option.markexpr:
+        return
+    named = _named_on_the_command_line(config)
+    kept, deselected = [], []
+    for item in items:
+        slow = item.get_closest_marker("slow") is not None
+        asked = any(item.nodeid == node or item.nodeid.startswith(node + "[") for node in named)
+        (deselected if slow and not asked else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The C++ programs the selected tests use start building now, one at a time on one core, and the tests
-    that wait for them run last, after the Python tests have used the other core meanwhile."""
+    """Slow cases deselected unless asked for. The C++ programs the selected tests use start building now, one
+    at a time on one core, and the tests that wait for them run last, after the Python tests have used the
+    other core meanwhile."""
+    _deselect_slow_unless_asked(config, items)
     modules = {item.module.__name__ for item in items}
     builds.start(modules & builds.USED_BY)
     items.sort(key=lambda item: item.module.__name__ in builds.USED_BY)  # stable: order kept within each part

@@ -6,10 +6,9 @@ import itertools
 import json
 import subprocess
 
+import builds
 import numpy as np
 import pytest
-
-import builds
 from conftest import BROADCASTS, TOLERANCE, cos_shape
 from reference import rotary_forward, rotary_grad
 
@@ -160,10 +159,7 @@ def test_tiling_refusal_reaches_the_launcher(kernel_runner, tmp_path):
 
 def test_cost_model_reads_the_counts(kernel_runner, tmp_path):
     """benchmarks/ascend_model.py on a small launch: a time above the HBM bound, an efficiency in (0, 1]."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-    import ascend_model
+    from benchmarks import ascend_model
     args = type("Args", (), {"hbm_gbs": ascend_model.HBM_GBS, "clock_ghz": ascend_model.CLOCK_GHZ})()
     case = ("small", (2, 64, 8, 128), (1, 64, 1, 64), (0, 64), 0, "bfloat16")
     us, efficiency, limit = ascend_model.model(ascend_model.count(kernel_runner, str(tmp_path), case, True), case, args)

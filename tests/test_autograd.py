@@ -1,16 +1,15 @@
 """Autograd of the forward ops calls the grad kernel: grad-of-forward equals InplacePartialRotaryMulGrad
 and the float64 reference, in PyNative, ms.jit and GRAPH_MODE; dout shared with another consumer is
 never written; cos/sin gradients when asked; a GRAPH_MODE TrainOneStepCell step."""
-import itertools
 
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import BACKENDS, DTYPES, TOLERANCE, cycled_cases, pairs, random_tensor, to_float64
 from mindspore import nn
+from reference import rotary_forward, rotary_grad
 
 import ms_rotary
-from conftest import BACKENDS, DTYPES, TOLERANCE, cycled_cases, pairs, random_tensor, to_float64
-from reference import rotary_forward, rotary_grad
 
 SHAPE = (2, 3, 2, 16)
 SLICE = (4, 12)

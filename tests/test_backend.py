@@ -7,13 +7,13 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import random_tensor, to_float64
+from reference import rotary_grad
 
 import ms_rotary
 from ms_rotary import backend as backend_module
 from ms_rotary import library
 from ms_rotary.op_info import ascend as ascend_op_info
-from conftest import random_tensor, to_float64
-from reference import rotary_grad
 
 OP_DEF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend", "op_host",
                       "ms_rotary_partial_rotary_mul.cpp")

@@ -3,9 +3,9 @@ PyNative and GRAPH_MODE, on both backends, and leaves dy bit-identical."""
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import random_tensor, raw_bits
 
 import ms_rotary
-from conftest import random_tensor, raw_bits
 
 DY_SHAPE = (2, 3, 2, 16)
 

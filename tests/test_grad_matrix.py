@@ -6,10 +6,10 @@ import itertools
 import mindspore as ms
 import numpy as np
 import pytest
-
-import ms_rotary
 from conftest import BACKENDS, BROADCASTS, DTYPES, TOLERANCE, cos_shape, cycled_cases, pairs, random_tensor, to_float64
 from reference import rotary_grad
+
+import ms_rotary
 
 DY_SHAPE = (2, 3, 2, 16)
 # name: (partial_slice given to the op, the [start, end) it means)

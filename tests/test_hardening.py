@@ -11,13 +11,13 @@ import warnings
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import BACKENDS, random_tensor, raw_bits, to_float64
 from mindspore import ops
 from mindspore.common.initializer import Initializer
+from reference import rotary_forward, rotary_grad
 
 import ms_rotary
-from ms_rotary import functions, kernels, library
-from conftest import BACKENDS, random_tensor, raw_bits, to_float64
-from reference import rotary_forward, rotary_grad
+from ms_rotary import library
 
 COS_SHAPE = (1, 2, 1, 16)
 
@@ -261,7 +261,8 @@ def test_dynamic_shapes_get_a_clear_error_on_the_shape_compiled_dynamic():
         if seq < 4:
             rotate(dy, cos, cos * 0.5)
             continue
-        with pytest.raises(ValueError, match=r"unknown \(dynamic\) dimension .* ms.jit\(dynamic=1\) compiles the third"):
+        with pytest.raises(ValueError,
+                           match=r"unknown \(dynamic\) dimension .* ms.jit\(dynamic=1\) compiles the third"):
             rotate(dy, cos, cos * 0.5)
 
 

@@ -4,11 +4,11 @@ the call see the old and new values."""
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import BACKENDS, random_tensor, raw_bits, to_float64
 from mindspore import nn
+from reference import rotary_grad
 
 import ms_rotary
-from conftest import BACKENDS, random_tensor, raw_bits, to_float64
-from reference import rotary_grad
 
 
 def _special_values_outside(dy_np, start, end):

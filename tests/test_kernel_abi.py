@@ -188,7 +188,8 @@ def test_a_thread_that_cannot_start_costs_threads_not_the_process():
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1e3", "5000"])
 def test_invalid_thread_count_is_ignored_with_one_warning(value):
-    done = _run_in_subprocess(_ROTATE_ONCE.replace("LIMIT_ADDRESS_SPACE", "") + "kernel.rotate(got.ctypes.data, None, *args)",
+    done = _run_in_subprocess(_ROTATE_ONCE.replace("LIMIT_ADDRESS_SPACE", "") +
+                              "kernel.rotate(got.ctypes.data, None, *args)",
                               {"MS_ROTARY_NUM_THREADS": value})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count("ignoring MS_ROTARY_NUM_THREADS") == 1

@@ -4,12 +4,14 @@ bit-identical to the numpy kernel: the code paths of machines without AVX-512, c
 portable build (MS_ROTARY_ARCH=portable, the compiler's baseline) a wheel for other machines gets."""
 import platform
 
+import builds
 import numpy as np
 import pytest
+from conftest import DTYPES
+from conftest import kernel_bits as bits_of
+from conftest import run_kernel as run
 
-import builds
 import ms_rotary
-from conftest import DTYPES, kernel_bits as bits_of, run_kernel as run
 from ms_rotary import library
 
 # narrow: single pairs; wide: chunks + tail; width 64: the fixed-width path (kFixedLen) of every build
@@ -59,7 +61,7 @@ def test_narrower_simd_builds_write_the_same_bits(entries, build, mode, dy_dtype
 
 
 def test_arch_choice_is_checked():
-    import kernel_build
+    from ms_rotary import kernel_build
     assert kernel_build.arch_flags({}) == kernel_build.NATIVE
     assert not any(flag.startswith("-march") for flag in kernel_build.arch_flags({kernel_build.ARCH_ENV: "portable"}))
     with pytest.raises(ValueError, match="MS_ROTARY_ARCH='haswell'"):

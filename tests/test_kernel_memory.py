@@ -4,14 +4,15 @@ geometries that take each of its row paths, in place and out of place, on one th
 must also be the installed kernel's bits."""
 import subprocess
 
+import builds
 import numpy as np
 import pytest
+from conftest import DTYPES
+from conftest import kernel_bits as bits_of
+from conftest import run_kernel as run
 
-import builds
 import ms_rotary
-from conftest import DTYPES, kernel_bits as bits_of, run_kernel as run
 from ms_rotary import library
-
 
 # name: (dy shape, slice, cos/sin broadcast shape). The in-place kernel reads rows at most 3x their slice
 # whole (so their last row ends at the buffer's last byte) and prefetches the slices of sparser rows; slices

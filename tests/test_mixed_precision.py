@@ -10,10 +10,10 @@ import sys
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import OPS, apply_rotary_op, random_tensor
 from mindspore import Parameter, nn
 
 import ms_rotary
-from conftest import OPS, apply_rotary_op, random_tensor
 
 SHAPE, SLICE, MODE = (2, 3, 2, 16), (4, 12), 1
 LEVEL_DTYPES = [("O1", ms.float16), ("O2", ms.float16), ("O3", ms.float16), ("O1", ms.bfloat16),
@@ -107,8 +107,6 @@ def test_build_train_network_one_step(level, op_name, amp_exec_mode):
 
 
 _BF16_PYNATIVE_CASE = """
-import sys
-sys.path.insert(0, {tests!r})
 import mindspore as ms
 import ms_rotary
 import test_mixed_precision as t
@@ -131,7 +129,8 @@ def test_pynative_bf16_o2_o3_never_returns_numbers(level):
     error path there segfaults within a few calls. A MindSpore error or crash is accepted, numbers are not."""
     tests = os.path.dirname(os.path.abspath(__file__))
     cases = [*OPS, "NoRotary"]
-    runs = [subprocess.Popen([sys.executable, "-c", _BF16_PYNATIVE_CASE.format(tests=tests, op=op, level=level)],
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])}  # this module, ms_rotary
+    runs = [subprocess.Popen([sys.executable, "-c", _BF16_PYNATIVE_CASE.format(op=op, level=level)], env=environment,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for op in cases]
     for op, run in zip(cases, runs):
         out, err = run.communicate(timeout=300)

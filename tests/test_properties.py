@@ -1,15 +1,16 @@
 """Property-based: random shapes, broadcast patterns, slices, modes and dtypes against the float64
 reference. Profiles (HYPOTHESIS_PROFILE): "ci" (default, derandomized, 60 examples per property, a few
-seconds) and "soak" (3000 examples each, random seeds: run `HYPOTHESIS_PROFILE=soak pytest tests/test_properties.py`)."""
+seconds) and "soak" (3000 examples each, random seeds:
+`HYPOTHESIS_PROFILE=soak pytest tests/test_properties.py`)."""
 import os
 
 import numpy as np
+from conftest import BACKENDS, BROADCASTS, DTYPES, TOLERANCE, cos_shape, random_tensor, to_float64
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference import rotary_forward, rotary_grad
 
 import ms_rotary
-from conftest import BACKENDS, BROADCASTS, DTYPES, TOLERANCE, cos_shape, random_tensor, to_float64
-from reference import rotary_forward, rotary_grad
 
 settings.register_profile("ci", max_examples=60, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

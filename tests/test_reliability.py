@@ -6,11 +6,10 @@ import mindspore as ms
 import numpy as np
 import psutil
 import pytest
-
-import ms_rotary
 from conftest import BACKENDS, random_tensor, to_float64
 from reference import rotary_grad
 
+import ms_rotary
 
 # (dy shape, slice, positions set to NaN/inf in dy): narrow runs the CPU kernel's single-pair path, wide
 # (36 pairs) its SIMD chunks too, width 64 its fixed-width path.

@@ -40,7 +40,8 @@ def inv_freq_reference(dim, base, scaling=None, max_pos=None, seq_len=None):
             elif wl > low_wl:
                 out.append(f / factor)
             else:
-                smooth = (old / wl - scaling["low_freq_factor"]) / (scaling["high_freq_factor"] - scaling["low_freq_factor"])
+                low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+                smooth = (old / wl - low) / (high - low)
                 out.append((1 - smooth) * f / factor + smooth * f)
         return out, 1.0
     if kind == "yarn":
@@ -179,7 +180,8 @@ _LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.0], "long_factor":
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                         "original_max_position_embeddings": 8192}), ValueError, "high_freq_factor"),
     (dict(rope_scaling={"rope_type": "linear", "factor": 2.0, "fator": 3.0}), ValueError, r"\['fator'\]"),
-    (dict(rope_scaling={"rope_type": "linear", "factor": -1}), ValueError, r"'factor'\]=-1 must be a finite number > 0"),
+    (dict(rope_scaling={"rope_type": "linear", "factor": -1}), ValueError,
+     r"'factor'\]=-1 must be a finite number > 0"),
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), ValueError, "needs max_position_embeddings"),
     (dict(rope_scaling=[("rope_type", "linear")]), TypeError, "must be None or a dict"),
     (dict(rotary_dim=7), ValueError, "rotary_dim=7 must be a positive multiple of 2"),

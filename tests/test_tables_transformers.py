@@ -7,11 +7,11 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-import ms_rotary  # noqa: E402
 from test_tables import CONFIGS, POSITIONS, TOLERANCE  # noqa: E402
-
 from transformers import LlamaConfig  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
+
+import ms_rotary  # noqa: E402
 
 
 @pytest.mark.parametrize("name", CONFIGS)

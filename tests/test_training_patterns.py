@@ -9,12 +9,12 @@ import itertools
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import DTYPES, OPS, TOLERANCE, apply_rotary_op, random_tensor, to_float64
 from mindspore import Parameter, nn
 
 import ms_rotary
 from ms_rotary.call import RotaryCall
 from ms_rotary.functions import RotaryFunction
-from conftest import DTYPES, OPS, TOLERANCE, apply_rotary_op, random_tensor, to_float64
 
 SHAPE, SLICE, MODE = (2, 3, 2, 16), (4, 12), 1
 EXEC_MODES = ("pynative", "ms.jit", "GRAPH_MODE")
@@ -367,4 +367,4 @@ def test_a_write_under_no_grad_inside_a_recorded_forward_fails_the_saved_tensor_
 
 def _OutOfPlaceGradFunction(mode, partial_slice):
     """R^T out of place: the grad op's own function, not an in-place call on a copy."""
-    return RotaryFunction(RotaryCall(mode, tuple(partial_slice), conjugate=True, in_place=False))
+    return RotaryFunction(RotaryCall(mode, tuple(partial_slice), conjugate=True, in_place=False), "aot", "CPU")

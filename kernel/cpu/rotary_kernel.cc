@@ -326,9 +326,8 @@ inline void prefetch_slice(const void *p, int64_t bytes) {
 
 // In place, rows at most 3x their slice are read whole instead (one load per cache line, before the slice
 // is rotated): the hardware prefetcher streams consecutive lines well, and slices with short gaps between
-// them poorly, so reading the gaps costs less than it saves. DeepSeek bf16 ([2,4096,16,192], [128,192)),
-// from memory: 1.56 -> 0.83x the time of the same-bytes loop; NeoX [4,4096,32,128] [0,64): bf16 1.41 ->
-// 0.81, fp32 1.19 -> 0.90 (benchmarks/kernel_ab.py). At 4x the extra reads cost as much as they save.
+// them poorly, so on the machine measured reading the gaps cost less than it saved (benchmarks/NOTES.md,
+// "Whole-row reads"; issue 27 asks for this choice to be measured on more machines).
 inline bool reads_whole_rows(const Geometry &g, bool in_place) {
   return in_place && g.len < g.D && g.D <= 3 * g.len;
 }
@@ -442,8 +441,8 @@ RowFn pick_mode(int64_t mode, DType dy_dtype, DType cos_dtype) {
   }
 }
 
-// Below this many rotated lanes a second thread costs more to start than it saves. Measured here (fp32,
-// 2 cores): 0.5M lanes took 0.11 ms on one thread and 0.16 ms on two; 2M lanes 0.78 vs 0.40 ms.
+// Below this many rotated lanes a second thread costs more to start than it saves (benchmarks/NOTES.md,
+// "Threading threshold").
 constexpr int64_t kParallelMinLanes = 1 << 20;
 
 constexpr int64_t kMaxThreads = 1024;
