@@ -4,8 +4,9 @@ No NPU is reachable here. The kernel sources run on the host shim (kernel/ascend
 core and launch: vector instructions by kind with their elements and 256-byte repeats, copies GM->UB and
 UB->GM with their bursts and bytes, pipe barriers, flag and queue waits, scalar writes, and how many buffers
 the queues have. This script turns the counts of the busiest core into a time with the figures below, for
-the kernel in this tree and, for comparison, the kernel at BEFORE_REVISION (the last one before the
-throughput restructure), built against today's shim:
+the kernel in this tree and, for comparison, the kernel at another revision built against today's shim
+(revisions from 201f0d9's successor on, where the tiling fields are stated once; the kernel before the
+throughput restructure, 7558ad1, is modeled in benchmarks/NOTES.md):
     python -m benchmarks.ascend_model [--against REV] [--hbm-gbs 1600]
 It prints per case the modeled time, the modeled share of HBM bandwidth (the op's bytes over HBM bandwidth,
 divided by the modeled time) and the limiting unit, then `worst modeled HBM efficiency: NN%` (after).
@@ -33,9 +34,9 @@ import tarfile
 import tempfile
 
 from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES
+from ms_rotary.op_info.ascend import DTYPE_IDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BEFORE_REVISION = "7558ad1"
 
 # Ascend 910B figures. Sources: [ops] hicann/ops-transformer tiling tests' Ascend910B platform info
 # ("vector_core_cnt": 48, "UB_SIZE": 196608); [asc] cannmirror/asc-devkit docs: Mul.md ("each repeat reads
@@ -55,7 +56,6 @@ SCALAR_WRITE_CYCLES = 4    # assumed
 COPY_SETUP_BYTES = 1800    # so a 16 KB copy runs at ~90% of the core's share [asc]
 LAUNCH_US = 3.0            # assumed: kernel launch and tiling read
 
-DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -140,8 +140,7 @@ def model(counts, case, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--against", default=BEFORE_REVISION,
-                        help="kernel revision to model for comparison ('' for none)")
+    parser.add_argument("--against", default="", help="kernel revision to model for comparison (default: none)")
     parser.add_argument("--hbm-gbs", type=float, default=HBM_GBS)
     parser.add_argument("--clock-ghz", type=float, default=CLOCK_GHZ)
     args = parser.parse_args()

@@ -255,27 +255,8 @@ def benchmark_case(shape, start, end, mode, dtype, repeats, peers=True, copies=F
     return nbytes, times, relative
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer repeats, fewer sweep points")
-    args = parser.parse_args()
-    repeats = 5 if args.quick else 15
-    ms.set_device("CPU")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    os.makedirs(RESULTS, exist_ok=True)
-    global SLICE_TOUCH
-    SLICE_TOUCH = load_slice_touch()
-    lines = []
-
-    def emit(line=""):
-        print(line, flush=True)
-        lines.append(line)
-
-    big = moved_bytes((4, 4096, 32, 128), 0, 64, "float32")
-    copy_gbs = copy_bandwidth(big, repeats)
-    emit(f"copy bandwidth (moving {big / 1e6:.0f} MB): numpy copy (1 thread) {copy_gbs['numpy copy']:.1f} GB/s, "
-         f"memcpy on 2 threads {copy_gbs['2-thread memcpy']:.1f} GB/s")
-    emit()
+def report_large_cases(repeats, emit):
+    """The kernel table: each large case against the copies, the same-bytes loop and the peers."""
     emit("% columns: per case, ms_rotary, the copies (moving the same bytes) and the same-bytes loop (the slice bytes "
          "of every row read and rewritten in place by the simplest C loop, slice_touch.c, threaded like the kernel) "
          "run in turn, each call starting from caches full of other data; the median over rounds of their time / "
@@ -302,8 +283,11 @@ def main():
              f"{ratio('MindSpore built-ins')} | {ratio('MindSpore built-ins ms.jit')} | {ratio('torch eager')} | "
              f"{ratio('torch.compile')} |")
     emit()
+    return csv_rows
 
-    # Cost follows the slice, not D.
+
+def report_d_scaling(repeats, emit):
+    """Cost follows the slice, not D."""
     low, high = D_SCALING_DS
     rows = ", ".join(map(str, D_SCALING_ROWS))
     emit(f"cost follows the slice, not D (fp32, half mode, slice [0, 64), dy [{rows}, D]):")
@@ -314,21 +298,25 @@ def main():
              f"ratio {by_d[high][name] / by_d[low][name]:.2f}x" + (" (target <= 1.5x)" if name == "ms_rotary" else ""))
     emit()
 
-    # Threads: the raw kernel with 1 and 2 threads.
+
+def report_threads(repeats, moved, emit):
+    """The raw kernel with 1 and 2 threads."""
     emit("threads (raw kernel through its C entry, fp32 [4, 4096, 32, 128] slice [0, 64)):")
     dy, cos, sin = make_inputs((4, 4096, 32, 128), 0, 64, "float32")
     thread_times = {t: timed(lambda t=t: impl_raw_kernel(0, 0, 64, t)(dy, cos, sin), repeats, before=evict_caches)
                     for t in (1, 2)}
     for t, sec in thread_times.items():
-        emit(f"  {t} thread(s): {sec * 1e3:.2f} ms, {big / sec / 1e9:.1f} GB/s")
+        emit(f"  {t} thread(s): {sec * 1e3:.2f} ms, {moved / sec / 1e9:.1f} GB/s")
     emit(f"  speed-up 2 threads / 1: {thread_times[1] / thread_times[2]:.2f}x")
     emit()
 
-    # Small calls: per-call overhead against a built-in elementwise op.
+
+def report_call_overhead(quick, emit):
+    """Per-call overhead on a tiny tensor against a built-in elementwise op; returns the CSV rows."""
     emit("per-call overhead on a tiny tensor (dy [1, 1, 1, 8], PyNative):")
     tiny, tcos, tsin = make_inputs((1, 1, 1, 8), 0, 8, "float32")
     op = ms_rotary.InplacePartialRotaryMulGrad(0, [0, 8])
-    calls = 2000 if not args.quick else 300
+    calls = 2000 if not quick else 300
     per_call = {
         "ms_rotary InplacePartialRotaryMulGrad": lambda: op(tiny, tcos, tsin),
         "MindSpore built-in add (tiny)": lambda: tiny + tiny,
@@ -339,13 +327,39 @@ def main():
     for name, fn in per_call.items():
         overhead[name] = timed(fn, calls // (100 if "queued" in name else 1)) * 1e6 / (100 if "queued" in name else 1)
         emit(f"  {name}: {overhead[name]:.1f} us")
-    csv_rows += [("per call, tiny tensor [1, 1, 1, 8]", name, us / 1e6, None) for name, us in overhead.items()]
     ours_per_call = overhead["ms_rotary InplacePartialRotaryMulGrad"]
     queued = overhead["MindSpore built-in add (tiny), 100 queued per sync"]
     emit(f"  ratio ms_rotary / built-in add: {ours_per_call / overhead['MindSpore built-in add (tiny)']:.2f}x, "
          f"/ queued built-in add: {ours_per_call / queued:.2f}x (target <= 2x)")
     emit()
+    return [("per call, tiny tensor [1, 1, 1, 8]", name, us / 1e6, None) for name, us in overhead.items()]
 
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, fewer sweep points")
+    args = parser.parse_args()
+    repeats = 5 if args.quick else 15
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    os.makedirs(RESULTS, exist_ok=True)
+    global SLICE_TOUCH
+    SLICE_TOUCH = load_slice_touch()
+    lines = []
+
+    def emit(line=""):
+        print(line, flush=True)
+        lines.append(line)
+
+    big = moved_bytes((4, 4096, 32, 128), 0, 64, "float32")
+    copy_gbs = copy_bandwidth(big, repeats)
+    emit(f"copy bandwidth (moving {big / 1e6:.0f} MB): numpy copy (1 thread) {copy_gbs['numpy copy']:.1f} GB/s, "
+         f"memcpy on 2 threads {copy_gbs['2-thread memcpy']:.1f} GB/s")
+    emit()
+    csv_rows = report_large_cases(repeats, emit)
+    report_d_scaling(repeats, emit)
+    report_threads(repeats, big, emit)
+    csv_rows += report_call_overhead(args.quick, emit)
     sweep(repeats, args.quick, max(copy_gbs.values()), emit)
     with open(os.path.join(RESULTS, "latest.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

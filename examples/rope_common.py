@@ -7,6 +7,7 @@ import numpy as np
 from mindspore import nn, ops
 
 import ms_rotary
+from ms_rotary.modes import MODE_LAYOUTS
 
 
 # --- the same rotary with plain MindSpore ops -------------------------------------------------------------
@@ -30,7 +31,7 @@ def _merge(a, b, layout):
     return ops.cat([a1, b1, a2, b2], -1)
 
 
-LAYOUTS = {0: ("halves", "halves"), 1: ("pairs", "pairs"), 2: ("quarters", "quarters"), 3: ("pairs", "halves")}
+LAYOUTS = MODE_LAYOUTS  # mode: (x layout, y layout), the operator's definition (docs/operator.md)
 
 
 def plain_rotary(t, cos, sin, rotary_mode, start, end, conjugate=False):

@@ -1,5 +1,6 @@
 """Rotary modes and the lane pairs each rotates: the one statement of the math shared by the numpy kernel,
-the cos/sin gradients and layouts.py (kernel/cpu/rotary_kernel.cc states the same table in C++)."""
+the cos/sin gradients and layouts.py. The C++ and Ascend kernels read the same table from
+kernel/common/rotary_rules.h (kModeLayouts); tests/test_backend.py holds the two equal."""
 import numpy as np
 
 MODE_NAMES = ("half", "interleave", "quarter", "interleave-half")

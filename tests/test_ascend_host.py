@@ -12,7 +12,8 @@ import pytest
 from conftest import BROADCASTS, TOLERANCE, cos_shape
 from reference import rotary_forward, rotary_grad
 
-DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
+from ms_rotary.op_info.ascend import DTYPE_IDS
+
 UB_BYTES = 192 * 1024
 
 pytestmark = pytest.mark.skipif(not builds.HAVE_COMPILER, reason="needs g++ to build the host programs")

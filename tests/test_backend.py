@@ -13,6 +13,7 @@ from reference import rotary_grad
 import ms_rotary
 from ms_rotary import backend as backend_module
 from ms_rotary import library
+from ms_rotary.modes import MODE_LAYOUTS
 from ms_rotary.op_info import ascend as ascend_op_info
 
 OP_DEF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend", "op_host",
@@ -77,3 +78,21 @@ def test_ascend_op_types_are_ms_rotarys_own():
     for op_type in ascend_op_info.OP_TYPES.values():
         assert op_type.startswith("MsRotary")
     assert "OP_ADD(InplacePartialRotaryMul" not in source
+
+
+RULES_HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "common",
+                            "rotary_rules.h")
+
+
+def test_python_and_the_kernels_read_one_mode_table_and_one_set_of_dtype_ids():
+    """The facts the C++ and Ascend kernels take from kernel/common/rotary_rules.h, stated for Python in
+    ms_rotary.modes and ms_rotary.op_info.ascend: a change to one side alone fails here."""
+    with open(RULES_HEADER) as header:
+        text = header.read()
+    layout_ids = {name: int(value) for name, value in re.findall(r"k(Halves|Pairs|Quarters) = (\d)", text)}
+    table = re.search(r"kModeLayouts\[4\] = \{(.*?)\};", text, re.S).group(1)
+    rows = re.findall(r"\{k(\w+), k(\w+)\},\s*// (\d) ", table)
+    assert {int(mode): (x.lower(), y.lower()) for x, y, mode in rows} == MODE_LAYOUTS
+    assert set(layout_ids) == {"Halves", "Pairs", "Quarters"}
+    dtypes = dict(re.findall(r"k(Float32|Float16|BFloat16) = (\d)", text))
+    assert {name.lower(): int(value) for name, value in dtypes.items()} == ascend_op_info.DTYPE_IDS

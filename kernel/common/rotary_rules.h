@@ -28,6 +28,34 @@ enum Status : int {
 
 constexpr int64_t kMaxHeadDim = 1024;
 
+// Lane layouts of a slice (docs/operator.md): which lanes form each rotated pair.
+enum Layout : int32_t { kHalves = 0, kPairs = 1, kQuarters = 2 };
+
+// Each mode's (x layout, y layout): the one table every kernel, direction and dtype reads (ms_rotary/modes.py
+// states it for Python; tests/test_backend.py holds the two equal).
+struct ModeLayouts {
+  Layout x, y;
+};
+constexpr ModeLayouts kModeLayouts[4] = {
+    {kHalves, kHalves},      // 0 half
+    {kPairs, kPairs},        // 1 interleave
+    {kQuarters, kQuarters},  // 2 quarter
+    {kPairs, kHalves},       // 3 interleave-half
+};
+
+// dtypes by id: the CPU kernel's, the Ascend tiling key's and the host runner's (ms_rotary/op_info/ascend.py:
+// DTYPE_IDS; tests/test_backend.py holds the two equal).
+enum DType : int { kBadDType = -1, kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+constexpr int64_t dtype_bytes(int64_t dtype) { return dtype == kFloat32 ? 4 : 2; }
+
+// Row strides of cos/sin, in rows of `cos[3]` lanes, for dy row (b, s, n): 0 on a broadcast axis.
+struct CosStrides {
+  int64_t b, s, n;
+};
+constexpr CosStrides cos_row_strides(const int64_t *cos) {
+  return {cos[0] == 1 ? 0 : cos[1] * cos[2], cos[1] == 1 ? 0 : cos[2], cos[2] == 1 ? 0 : 1};
+}
+
 // partial_slice=None travels to the kernels as [0, -1]: rotate [0, cos.shape[-1]).
 constexpr int64_t kSliceFromCosEnd = -1;
 
@@ -39,6 +67,15 @@ inline int64_t slice_end(int64_t start, int64_t end, const int64_t *cos_shape) {
 constexpr int64_t tiling_key(int64_t mode, int64_t conjugate, int64_t dy_dtype_id, int64_t cos_dtype_id) {
   return ((mode * 2 + conjugate) * 3 + dy_dtype_id) * 3 + cos_dtype_id;
 }
+
+// Ascend: every field of the tiling the kernel reads, stated once as (field of ms_rotary_ascend::RotaryTiling,
+// field of the op's TilingData). The TilingData definition, the op_host copy into it and the host runner's
+// copy are generated from this list, so a field cannot be missed in one of them.
+#define MS_ROTARY_TILING_FIELDS(X)                                                            \
+  X(rows, rows) X(seq, seq) X(heads, heads) X(head_dim, headDim) X(start, start) X(len, len) \
+  X(cos_b_stride, cosBStride) X(cos_s_stride, cosSStride) X(cos_n_stride, cosNStride)       \
+  X(used_cores, usedCores) X(rows_per_core, rowsPerCore) X(big_cores, bigCores)             \
+  X(rows_per_loop, rowsPerLoop) X(cos_rows_per_loop, cosRowsPerLoop) X(pitch, pitch)
 
 // Ascend: the most blocks one strided DataCopyPad moves (DataCopyExtParams::blockCount): rows per block of
 // the tiling, cos rows per copy of the kernel.

@@ -35,7 +35,7 @@ namespace {
 
 
 // MS_ROTARY_NUM_THREADS pins the kernel's thread count when the caller passes 0 (unset or 0: automatic).
-// Anything but a whole number 0..1024 is ignored with one warning on stderr.
+// Anything but a whole number 0..kMaxThreads is ignored with one warning on stderr.
 int configured_threads() {
   static const int threads = [] {
     const char *env = std::getenv("MS_ROTARY_NUM_THREADS");
@@ -43,9 +43,9 @@ int configured_threads() {
     char *end = nullptr;
     errno = 0;
     const long value = std::strtol(env, &end, 10);
-    if (errno != 0 || *end != '\0' || value < 0 || value > 1024) {
+    if (errno != 0 || *end != '\0' || value < 0 || value > ms_rotary::kMaxThreads) {
       std::fprintf(stderr, "ms_rotary: ignoring MS_ROTARY_NUM_THREADS='%s': expected a whole number from 0 "
-                   "(automatic) to 1024\n", env);
+                   "(automatic) to %lld\n", env, static_cast<long long>(ms_rotary::kMaxThreads));
       return 0;
     }
     return static_cast<int>(value);

@@ -144,12 +144,10 @@ inline void store_vec(BF16 *p, Vec v) {  // float_to_bf16, lane-wise
   std::memcpy(p, &h, sizeof(h));
 }
 
-enum Layout { kHalves, kPairs, kQuarters };
-
 template <int MODE>
 struct ModeLayout {
-  static constexpr Layout x = MODE == 0 ? kHalves : MODE == 2 ? kQuarters : kPairs;
-  static constexpr Layout y = MODE == 1 ? kPairs : MODE == 2 ? kQuarters : kHalves;
+  static constexpr Layout x = kModeLayouts[MODE].x;
+  static constexpr Layout y = kModeLayouts[MODE].y;
 };
 
 // A layout is `count` equal blocks of the slice; pair i of a block (length m) sits at lanes (i, i + m/2)
@@ -413,39 +411,47 @@ void rotate_rows_erased(const void *dy, void *out, const void *cos, const void *
                           static_cast<const U *>(sin), g, b, e);
 }
 
-template <int MODE, bool CONJ, typename T>
-RowFn pick_cos_type(DType cos_dtype) {
+// The one switch from a call's runtime mode and dtypes to a compiled instance: Pick::get<MODE, T, U>() gives
+// the instance for mode MODE, dy storage T and cos/sin storage U.
+template <typename Pick, int MODE, typename T>
+typename Pick::Fn pick_cos_type(DType cos_dtype) {
   switch (cos_dtype) {
-    case kFloat32: return rotate_rows_erased<MODE, CONJ, T, float>;
-    case kFloat16: return rotate_rows_erased<MODE, CONJ, T, _Float16>;
-    default: return rotate_rows_erased<MODE, CONJ, T, BF16>;
+    case kFloat32: return Pick::template get<MODE, T, float>();
+    case kFloat16: return Pick::template get<MODE, T, _Float16>();
+    default: return Pick::template get<MODE, T, BF16>();
   }
 }
 
-template <int MODE, bool CONJ>
-RowFn pick_dy_type(DType dy_dtype, DType cos_dtype) {
+template <typename Pick, int MODE>
+typename Pick::Fn pick_dy_type(DType dy_dtype, DType cos_dtype) {
   switch (dy_dtype) {
-    case kFloat32: return pick_cos_type<MODE, CONJ, float>(cos_dtype);
-    case kFloat16: return pick_cos_type<MODE, CONJ, _Float16>(cos_dtype);
-    default: return pick_cos_type<MODE, CONJ, BF16>(cos_dtype);
+    case kFloat32: return pick_cos_type<Pick, MODE, float>(cos_dtype);
+    case kFloat16: return pick_cos_type<Pick, MODE, _Float16>(cos_dtype);
+    default: return pick_cos_type<Pick, MODE, BF16>(cos_dtype);
+  }
+}
+
+template <typename Pick>
+typename Pick::Fn pick_instance(int64_t mode, DType dy_dtype, DType cos_dtype) {
+  switch (mode) {
+    case 0: return pick_dy_type<Pick, 0>(dy_dtype, cos_dtype);
+    case 1: return pick_dy_type<Pick, 1>(dy_dtype, cos_dtype);
+    case 2: return pick_dy_type<Pick, 2>(dy_dtype, cos_dtype);
+    default: return pick_dy_type<Pick, 3>(dy_dtype, cos_dtype);
   }
 }
 
 template <bool CONJ>
-RowFn pick_mode(int64_t mode, DType dy_dtype, DType cos_dtype) {
-  switch (mode) {
-    case 0: return pick_dy_type<0, CONJ>(dy_dtype, cos_dtype);
-    case 1: return pick_dy_type<1, CONJ>(dy_dtype, cos_dtype);
-    case 2: return pick_dy_type<2, CONJ>(dy_dtype, cos_dtype);
-    default: return pick_dy_type<3, CONJ>(dy_dtype, cos_dtype);
-  }
-}
+struct PickRotateRows {
+  using Fn = RowFn;
+  template <int MODE, typename T, typename U>
+  static Fn get() { return rotate_rows_erased<MODE, CONJ, T, U>; }
+};
 
 // Below this many rotated lanes a second thread costs more to start than it saves (benchmarks/NOTES.md,
 // "Threading threshold").
 constexpr int64_t kParallelMinLanes = 1 << 20;
 
-constexpr int64_t kMaxThreads = 1024;
 
 int pick_threads(int requested, int64_t rows, int64_t lanes) {
   if (requested > 0) return static_cast<int>(std::min<int64_t>({requested, rows, kMaxThreads}));
@@ -480,7 +486,6 @@ void parallel_for(int threads, int64_t count, const Work &work) {
   for (auto &w : workers) w.join();
 }
 
-int64_t element_size(DType t) { return t == kFloat32 ? 4 : 2; }
 
 bool is_empty(const RotaryProblem &p) { return is_empty_work(p.dy_shape, p.cos_shape, p.start, p.end); }
 
@@ -550,32 +555,11 @@ void cos_sin_grad_erased(const void *y_side, const void *x_side, void *dcos, voi
                           static_cast<U *>(dsin), g, dy_shape, cos_shape, b, e);
 }
 
-template <int MODE, typename T>
-CosSinGradFn pick_grad_cos_type(DType cos_dtype) {
-  switch (cos_dtype) {
-    case kFloat32: return cos_sin_grad_erased<MODE, T, float>;
-    case kFloat16: return cos_sin_grad_erased<MODE, T, _Float16>;
-    default: return cos_sin_grad_erased<MODE, T, BF16>;
-  }
-}
-
-template <int MODE>
-CosSinGradFn pick_grad_dy_type(DType dy_dtype, DType cos_dtype) {
-  switch (dy_dtype) {
-    case kFloat32: return pick_grad_cos_type<MODE, float>(cos_dtype);
-    case kFloat16: return pick_grad_cos_type<MODE, _Float16>(cos_dtype);
-    default: return pick_grad_cos_type<MODE, BF16>(cos_dtype);
-  }
-}
-
-CosSinGradFn pick_grad(int64_t mode, DType dy_dtype, DType cos_dtype) {
-  switch (mode) {
-    case 0: return pick_grad_dy_type<0>(dy_dtype, cos_dtype);
-    case 1: return pick_grad_dy_type<1>(dy_dtype, cos_dtype);
-    case 2: return pick_grad_dy_type<2>(dy_dtype, cos_dtype);
-    default: return pick_grad_dy_type<3>(dy_dtype, cos_dtype);
-  }
-}
+struct PickCosSinGrad {
+  using Fn = CosSinGradFn;
+  template <int MODE, typename T, typename U>
+  static Fn get() { return cos_sin_grad_erased<MODE, T, U>; }
+};
 
 }  // namespace
 
@@ -590,7 +574,7 @@ DType dtype_from_name(const char *name) {
 Status check_rotary(const RotaryProblem &p) {
   if (p.dy_dtype == kBadDType || p.cos_dtype == kBadDType || p.sin_dtype == kBadDType) return kBadDTypeCode;
   if (p.cos_dtype != p.sin_dtype) return kCosSinMismatch;
-  return check_shapes(p.dy_shape, p.cos_shape, p.sin_shape, element_size(p.dy_dtype), element_size(p.cos_dtype),
+  return check_shapes(p.dy_shape, p.cos_shape, p.sin_shape, dtype_bytes(p.dy_dtype), dtype_bytes(p.cos_dtype),
                       p.rotary_mode, p.start, p.end);
 }
 
@@ -599,18 +583,17 @@ Status run_rotary(const RotaryProblem &p, int num_threads) {
   if (status != kOk) return status;
   if (is_empty(p)) {
     if (p.out != nullptr && p.out != p.dy) {
-      std::memcpy(p.out, p.dy, element_count(p.dy_shape) * element_size(p.dy_dtype));
+      std::memcpy(p.out, p.dy, element_count(p.dy_shape) * dtype_bytes(p.dy_dtype));
     }
     return kOk;
   }
   void *out = p.out != nullptr ? p.out : p.dy;
   const int64_t B = p.dy_shape[0], S = p.dy_shape[1], N = p.dy_shape[2];
   Geometry g{S, N, p.dy_shape[3], p.start, p.end, p.end - p.start, 0, 0, 0};
-  g.cos_n_stride = p.cos_shape[2] == 1 ? 0 : 1;
-  g.cos_s_stride = p.cos_shape[1] == 1 ? 0 : p.cos_shape[2];
-  g.cos_b_stride = p.cos_shape[0] == 1 ? 0 : p.cos_shape[1] * p.cos_shape[2];
-  const RowFn fn = p.conjugate ? pick_mode<true>(p.rotary_mode, p.dy_dtype, p.cos_dtype)
-                               : pick_mode<false>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
+  const CosStrides strides = cos_row_strides(p.cos_shape);
+  g.cos_b_stride = strides.b, g.cos_s_stride = strides.s, g.cos_n_stride = strides.n;
+  const RowFn fn = p.conjugate ? pick_instance<PickRotateRows<true>>(p.rotary_mode, p.dy_dtype, p.cos_dtype)
+                               : pick_instance<PickRotateRows<false>>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
   const int64_t rows = B * S * N;
   const int threads = pick_threads(num_threads, rows, rows * g.len);
   parallel_for(threads, rows, [&](int64_t b, int64_t e) { fn(p.dy, out, p.cos, p.sin, g, b, e); });
@@ -623,15 +606,15 @@ Status run_cos_sin_grad(const RotaryProblem &p, const void *y_side, const void *
   if (status != kOk) return status;
   const int64_t cos_count = element_count(p.cos_shape);
   if (is_empty(p)) {  // nothing rotated: both gradients are zero
-    std::memset(dcos, 0, cos_count * element_size(p.cos_dtype));
-    std::memset(dsin, 0, cos_count * element_size(p.cos_dtype));
+    std::memset(dcos, 0, cos_count * dtype_bytes(p.cos_dtype));
+    std::memset(dsin, 0, cos_count * dtype_bytes(p.cos_dtype));
     return kOk;
   }
   const Geometry g{p.dy_shape[1], p.dy_shape[2], p.dy_shape[3], p.start, p.end, p.end - p.start, 0, 0, 0};
   const int64_t cos_rows = cos_count / g.len;
   const int64_t lanes = p.dy_shape[0] * p.dy_shape[1] * p.dy_shape[2] * g.len;
   const int threads = pick_threads(num_threads, cos_rows, lanes);
-  const CosSinGradFn fn = pick_grad(p.rotary_mode, p.dy_dtype, p.cos_dtype);
+  const CosSinGradFn fn = pick_instance<PickCosSinGrad>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
   parallel_for(threads, cos_rows, [&](int64_t b, int64_t e) {
     fn(y_side, x_side, dcos, dsin, g, p.dy_shape, p.cos_shape, b, e);
   });

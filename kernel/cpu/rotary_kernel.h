@@ -5,11 +5,9 @@
 
 #include <cstdint>
 
-#include "../common/rotary_rules.h"  // Status, kMaxHeadDim, check_shapes
+#include "../common/rotary_rules.h"  // Status, DType, kMaxHeadDim, the mode table, check_shapes
 
 namespace ms_rotary {
-
-enum DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kBadDType = -1 };
 
 struct RotaryProblem {
   void *dy;                // [B, S, N, D], rotated in place on [start, end) unless `out` is set
@@ -27,6 +25,10 @@ struct RotaryProblem {
   int64_t end;
   bool conjugate;          // false: forward y = x*cos + rot(x)*sin; true: its transpose (the grad)
 };
+
+// The most threads one call uses (a requested count above it is capped; $MS_ROTARY_NUM_THREADS above it is
+// ignored).
+constexpr int64_t kMaxThreads = 1024;
 
 // Checks every constraint; kOk means run_rotary may be called. Empty work (start == end or a zero-sized
 // axis) wins over the rules that only matter when there is work: slice divisibility, D <= 1024, broadcast

@@ -6,4 +6,6 @@ import functools
 from . import reg_info as _reg_info
 
 OP_TYPES = {False: "MsRotaryPartialRotaryMul", True: "MsRotaryPartialRotaryMulGrad"}  # by `conjugate`
+# The kernel's dtype ids (kernel/common/rotary_rules.h, DType): the tiling key's and the host runner's.
+DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
 reg_info = functools.partial(_reg_info, target="Ascend", output_name="dy")  # (op_type, rotary_mode, slice)

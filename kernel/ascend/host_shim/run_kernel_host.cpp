@@ -51,16 +51,6 @@ void write_counts(const char *path, const ms_rotary_ascend::RotaryTiling &t) {
   std::fclose(f);
 }
 
-// Fields a kernel revision before blocks with a pitch lacks (benchmarks/ascend_model.py builds earlier
-// kernel revisions against this runner to model them too).
-template <typename D, typename T>
-auto copy_block_fields(D &d, const T &t, int) -> decltype(d.pitch = t.pitch, d.cosRowsPerLoop = t.cos_rows_per_loop, void()) {
-  d.cosRowsPerLoop = t.cos_rows_per_loop;
-  d.pitch = t.pitch;
-}
-template <typename D, typename T>
-void copy_block_fields(D &, const T &, long) {}
-
 }  // namespace
 
 extern "C" void ms_rotary_partial_rotary_mul(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
@@ -84,16 +74,16 @@ int main(int argc, char **argv) {
   }
   shape.start = h[12];
   shape.end = h[13];
-  shape.dy_dtype_bytes = shape.dy_dtype_id == 0 ? 4 : 2;
-  shape.cos_dtype_bytes = shape.cos_dtype_id == 0 ? 4 : 2;
   const int64_t core_num = h[14];
   shim::ub_limit = h[15];
   ms_rotary_ascend::RotaryTiling t{};
   if (ms_rotary_ascend::compute_rotary_tiling(shape, core_num, shim::ub_limit, &t) != ms_rotary::kOk) {
     return 2;
   }
-  const int64_t dy_bytes = shape.dy[0] * shape.dy[1] * shape.dy[2] * shape.dy[3] * shape.dy_dtype_bytes;
-  const int64_t cos_bytes = shape.cos[0] * shape.cos[1] * shape.cos[2] * shape.cos[3] * shape.cos_dtype_bytes;
+  const int64_t dy_bytes =
+      shape.dy[0] * shape.dy[1] * shape.dy[2] * shape.dy[3] * ms_rotary::dtype_bytes(shape.dy_dtype_id);
+  const int64_t cos_bytes =
+      shape.cos[0] * shape.cos[1] * shape.cos[2] * shape.cos[3] * ms_rotary::dtype_bytes(shape.cos_dtype_id);
   // Separate exact-size copies, so AddressSanitizer catches any access outside each tensor.
   const bool zeros = bytes.size() == kHeader * sizeof(int64_t);
   if (!zeros && bytes.size() != kHeader * sizeof(int64_t) + dy_bytes + 2 * cos_bytes) return 1;
@@ -105,12 +95,9 @@ int main(int argc, char **argv) {
     std::memcpy(sin.data(), payload + dy_bytes + cos_bytes, cos_bytes);
   }
   optiling::PartialRotaryTilingData data{};
-  data.rows = t.rows, data.seq = t.seq, data.heads = t.heads, data.headDim = t.head_dim;
-  data.start = t.start, data.len = t.len;
-  data.cosBStride = t.cos_b_stride, data.cosSStride = t.cos_s_stride, data.cosNStride = t.cos_n_stride;
-  data.usedCores = t.used_cores, data.rowsPerCore = t.rows_per_core, data.bigCores = t.big_cores;
-  data.rowsPerLoop = t.rows_per_loop;
-  copy_block_fields(data, t, 0);
+#define MS_ROTARY_COPY_FIELD(tiling_field, data_field) data.data_field = t.tiling_field;
+  MS_ROTARY_TILING_FIELDS(MS_ROTARY_COPY_FIELD)
+#undef MS_ROTARY_COPY_FIELD
   shim::tiling_key = t.tiling_key;
   auto *entry = shape.conjugate ? ms_rotary_partial_rotary_mul_grad : ms_rotary_partial_rotary_mul;
   const int64_t launched = t.used_cores > 0 ? t.used_cores : 1;

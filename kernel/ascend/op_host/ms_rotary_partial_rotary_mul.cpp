@@ -12,10 +12,9 @@ namespace optiling {
 namespace {
 
 int64_t dtype_id(ge::DataType dtype) {
-  return dtype == ge::DT_FLOAT ? 0 : dtype == ge::DT_FLOAT16 ? 1 : 2;
+  return dtype == ge::DT_FLOAT ? ms_rotary::kFloat32 : dtype == ge::DT_FLOAT16 ? ms_rotary::kFloat16
+                                                                              : ms_rotary::kBFloat16;
 }
-
-int64_t dtype_bytes(ge::DataType dtype) { return dtype == ge::DT_FLOAT ? 4 : 2; }
 
 ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   const gert::Shape dy = context->GetInputShape(0)->GetStorageShape();
@@ -35,8 +34,6 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   const ge::DataType dy_type = context->GetInputDesc(0)->GetDataType();
   const ge::DataType cos_type = context->GetInputDesc(1)->GetDataType();
   if (context->GetInputDesc(2)->GetDataType() != cos_type) return ge::GRAPH_FAILED;
-  shape.dy_dtype_bytes = dtype_bytes(dy_type);
-  shape.cos_dtype_bytes = dtype_bytes(cos_type);
   shape.dy_dtype_id = dtype_id(dy_type);
   shape.cos_dtype_id = dtype_id(cos_type);
   shape.rotary_mode = mode;
@@ -54,21 +51,9 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
     return ge::GRAPH_FAILED;
   }
   PartialRotaryTilingData data;
-  data.set_rows(t.rows);
-  data.set_seq(t.seq);
-  data.set_heads(t.heads);
-  data.set_headDim(t.head_dim);
-  data.set_start(t.start);
-  data.set_len(t.len);
-  data.set_cosBStride(t.cos_b_stride);
-  data.set_cosSStride(t.cos_s_stride);
-  data.set_cosNStride(t.cos_n_stride);
-  data.set_usedCores(t.used_cores);
-  data.set_rowsPerCore(t.rows_per_core);
-  data.set_bigCores(t.big_cores);
-  data.set_rowsPerLoop(t.rows_per_loop);
-  data.set_cosRowsPerLoop(t.cos_rows_per_loop);
-  data.set_pitch(t.pitch);
+#define MS_ROTARY_SET_FIELD(tiling_field, data_field) data.set_##data_field(t.tiling_field);
+  MS_ROTARY_TILING_FIELDS(MS_ROTARY_SET_FIELD)
+#undef MS_ROTARY_SET_FIELD
   data.SaveToBuffer(context->GetRawTilingData()->GetData(), context->GetRawTilingData()->GetCapacity());
   context->GetRawTilingData()->SetDataSize(data.GetDataSize());
   context->SetTilingKey(static_cast<uint64_t>(t.tiling_key));

@@ -18,14 +18,15 @@ int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows) {
 
 int64_t ub_bytes_for_block(const RotaryShape &shape, const RotaryTiling &t, int64_t rows) {
   const bool swaps = ms_rotary::swaps_groups(shape.rotary_mode, shape.end - shape.start);
+  const int64_t dy_bytes = ms_rotary::dtype_bytes(shape.dy_dtype_id);
+  const int64_t cos_bytes = ms_rotary::dtype_bytes(shape.cos_dtype_id);
   // two work rows; the partner table unless groups swap; the same table (interleave-half); 16-bit dy in
   // fp32 unless groups swap (then it is converted into the second work row)
-  const int64_t f32_rows = 2 + (swaps ? 0 : 1) + (shape.rotary_mode == 3 ? 1 : 0) +
-                           (shape.dy_dtype_bytes == 4 || swaps ? 0 : 1);
-  const int64_t f32_cos_rows = shape.cos_dtype_bytes == 4 ? 1 : 2;
+  const int64_t f32_rows = 2 + (swaps ? 0 : 1) + (shape.rotary_mode == 3 ? 1 : 0) + (dy_bytes == 4 || swaps ? 0 : 1);
+  const int64_t f32_cos_rows = cos_bytes == 4 ? 1 : 2;
   const int64_t cos_rows = cos_rows_for_block(t, rows);
-  return 2 * 2 * rows * t.pitch * shape.dy_dtype_bytes        // dy in and out, two buffers each
-         + 2 * 2 * cos_rows * t.pitch * shape.cos_dtype_bytes  // cos and sin in, two buffers
+  return 2 * 2 * rows * t.pitch * dy_bytes                     // dy in and out, two buffers each
+         + 2 * 2 * cos_rows * t.pitch * cos_bytes              // cos and sin in, two buffers
          + f32_rows * rows * t.pitch * 4                       // fp32 work rows and gather tables
          + f32_cos_rows * cos_rows * t.pitch * 4               // fp32 cos (16-bit inputs) and signed sin
          + 6 * t.pitch * 4;                                    // the sign row, scratch for the tables
@@ -35,9 +36,9 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
                                         RotaryTiling *tiling) {
   if (tiling == nullptr) return ms_rotary::kBadParamCount;
   if (core_num <= 0) return ms_rotary::kBadCoreCount;
-  const ms_rotary::Status status = ms_rotary::check_shapes(shape.dy, shape.cos, shape.cos, shape.dy_dtype_bytes,
-                                                           shape.cos_dtype_bytes, shape.rotary_mode, shape.start,
-                                                           shape.end);
+  const ms_rotary::Status status =
+      ms_rotary::check_shapes(shape.dy, shape.cos, shape.cos, ms_rotary::dtype_bytes(shape.dy_dtype_id),
+                              ms_rotary::dtype_bytes(shape.cos_dtype_id), shape.rotary_mode, shape.start, shape.end);
   if (status != ms_rotary::kOk) return status;
   const int64_t head_dim = shape.dy[3];
   const int64_t len = shape.end - shape.start;
@@ -50,9 +51,8 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   t.head_dim = head_dim;
   t.start = shape.start;
   t.len = len;
-  t.cos_n_stride = shape.cos[2] == 1 ? 0 : 1;
-  t.cos_s_stride = shape.cos[1] == 1 ? 0 : shape.cos[2];
-  t.cos_b_stride = shape.cos[0] == 1 ? 0 : shape.cos[1] * shape.cos[2];
+  const ms_rotary::CosStrides strides = ms_rotary::cos_row_strides(shape.cos);
+  t.cos_b_stride = strides.b, t.cos_s_stride = strides.s, t.cos_n_stride = strides.n;
   t.tiling_key = ms_rotary::tiling_key(shape.rotary_mode, shape.conjugate ? 1 : 0, shape.dy_dtype_id,
                                        shape.cos_dtype_id);
   if (t.rows == 0) {

@@ -13,9 +13,7 @@ namespace ms_rotary_ascend {
 struct RotaryShape {
   int64_t dy[4];   // B, S, N, D
   int64_t cos[4];  // b, s, n, L (sin identical)
-  int64_t dy_dtype_bytes;
-  int64_t cos_dtype_bytes;
-  int64_t dy_dtype_id;   // 0 float32, 1 float16, 2 bfloat16
+  int64_t dy_dtype_id;   // ms_rotary::DType
   int64_t cos_dtype_id;
   int64_t rotary_mode;   // 0 half, 1 interleave, 2 quarter, 3 interleave-half
   int64_t start, end;

@@ -15,12 +15,14 @@
 #define MS_ROTARY_ASCEND_ROTARY_KERNEL_H_
 
 #include "kernel_operator.h"
-#include "rotary_rules.h"  // kernel/common: the tiling key
+#include "rotary_rules.h"  // kernel/common: the mode table, dtype ids, the tiling key
 
 namespace ms_rotary_ascend {
 using namespace AscendC;
 
-constexpr int32_t kHalves = 0, kPairs = 1, kQuarters = 2;
+using ms_rotary::kHalves;
+using ms_rotary::kPairs;
+using ms_rotary::kQuarters;
 constexpr int64_t kFloatsPerRepeat = 64;  // 256 bytes of fp32: one vector repeat
 constexpr int64_t kMaxRepeats = 255;
 
@@ -35,8 +37,8 @@ __aicore__ inline int64_t LaneGroup(int32_t layout, int64_t len) {
 template <int32_t MODE, bool CONJ, typename TDy, typename TCos>
 class PartialRotaryKernel {
  public:
-  static constexpr int32_t kXLayout = MODE == 0 ? kHalves : MODE == 2 ? kQuarters : kPairs;
-  static constexpr int32_t kYLayout = MODE == 1 ? kPairs : MODE == 2 ? kQuarters : kHalves;
+  static constexpr int32_t kXLayout = ms_rotary::kModeLayouts[MODE].x;
+  static constexpr int32_t kYLayout = ms_rotary::kModeLayouts[MODE].y;
   static constexpr bool kReorders = kXLayout != kYLayout;  // interleave-half: `same` is a gather too
   static constexpr bool kDyFloat = sizeof(TDy) == sizeof(float), kCosFloat = sizeof(TCos) == sizeof(float);
 
@@ -325,13 +327,114 @@ class PartialRotaryKernel {
     }
   }
 
+  // What the steps of one block share: its rows, their elements (n, count) and whether 16-bit interleave-half
+  // data is permuted in 16 bits (gather16).
+  struct Block {
+    int64_t row0, rows;
+    bool perRow;
+    int64_t n;
+    uint32_t count;
+    bool gather16;
+  };
+
+  // sign * sin in fp32 for the block's cos/sin rows (sin follows cos in the queue's buffer).
+  __aicore__ inline LocalTensor<float> SignedSin(const LocalTensor<TCos> &cosRows, int64_t slots) {
+    const LocalTensor<float> sinF = sinFloatBuf_.Get<float>();
+    LocalTensor<float> sinSrc = sinF;
+    if constexpr (kCosFloat) {
+      sinSrc = cosRows[tiling_.cosRowsPerLoop * pitch_].template ReinterpretCast<float>();
+    } else {
+      Cast(sinF, cosRows[tiling_.cosRowsPerLoop * pitch_], RoundMode::CAST_NONE,
+           static_cast<uint32_t>(slots * pitch_));
+      PipeBarrier<PIPE_V>();
+    }
+    MulLanes(sinF, 0, sinSrc, 0, sign_, 0, len_, 0, slots, false);
+    PipeBarrier<PIPE_V>();
+    return sinF;
+  }
+
+  // Forward: y = same(x) * cos + partner(x) * (sign * sin), in the y layout. Returns where the fp32 result is
+  // (out itself for fp32 dy).
+  __aicore__ inline LocalTensor<float> RotateForward(const LocalTensor<TDy> &out, const LocalTensor<float> &xf,
+                                                     const LocalTensor<float> &cosF, const LocalTensor<float> &sinF,
+                                                     const Block &b) {
+    const LocalTensor<float> w1 = work1Buf_.Get<float>(), w2 = work2Buf_.Get<float>();
+    LocalTensor<float> in = xf;  // x in the y layout
+    if (b.gather16) {
+      Cast(w2, out, RoundMode::CAST_NONE, b.count);
+      in = w2;
+    } else if constexpr (kReorders) {
+      Gather(w2, xf, same_, 0, b.count);
+      in = w2;
+    }
+    if (!swap_) Gather(w1, xf, partner_, 0, b.count);
+    PipeBarrier<PIPE_V>();
+    LocalTensor<float> outF;
+    if constexpr (kDyFloat) outF = out.template ReinterpretCast<float>(); else outF = w2;
+    if (swap_) {
+      MulSwapped(w1, in, sinF, b.row0, b.rows, b.perRow);
+    } else {
+      MulRows(w1, w1, sinF, b.row0, b.rows, b.perRow);
+    }
+    if constexpr (!kDyFloat) PipeBarrier<PIPE_V>();  // outF may be `in`, read just above
+    MulRows(outF, in, cosF, b.row0, b.rows, b.perRow);
+    PipeBarrier<PIPE_V>();
+    Add(outF, outF, w1, static_cast<int32_t>(b.n));
+    return outF;
+  }
+
+  // Backward: dx = same(dy * cos) + partner(dy * sign * sin), in the x layout. Returns where the fp32 result
+  // is; with gather16 the rounded result is already in out.
+  __aicore__ inline LocalTensor<float> RotateBackward(const LocalTensor<TDy> &out, const LocalTensor<TDy> &slices,
+                                                      const LocalTensor<float> &xf, const LocalTensor<float> &cosF,
+                                                      const LocalTensor<float> &sinF, const Block &b) {
+    const LocalTensor<float> w1 = work1Buf_.Get<float>(), w2 = work2Buf_.Get<float>();
+    if (swap_) {
+      MulSwapped(w1, xf, sinF, b.row0, b.rows, b.perRow);
+    } else {
+      MulRows(w1, xf, sinF, b.row0, b.rows, b.perRow);
+    }
+    if constexpr (!kDyFloat) PipeBarrier<PIPE_V>();  // xf may be w2, read just above
+    MulRows(w2, xf, cosF, b.row0, b.rows, b.perRow);
+    PipeBarrier<PIPE_V>();
+    LocalTensor<float> outF;
+    if constexpr (kDyFloat) {
+      outF = out.template ReinterpretCast<float>();
+    } else {
+      outF = swap_ ? w2 : dyFloatBuf_.Get<float>();
+    }
+    if (swap_ && kReorders) {  // the sum in the y layout, then one gather into the x layout
+      Add(w2, w2, w1, static_cast<int32_t>(b.n));
+      PipeBarrier<PIPE_V>();
+      if (b.gather16) {
+        Cast(slices, w2, RoundMode::CAST_RINT, b.count);  // slices is free: rounded, then permuted into out
+        PipeBarrier<PIPE_V>();
+        Gather(out, slices, same_, 0, b.count);
+      } else {
+        Gather(outF, w2, same_, 0, b.count);
+      }
+    } else if (swap_) {
+      Add(outF, w2, w1, static_cast<int32_t>(b.n));
+    } else {
+      if constexpr (kReorders) {
+        Gather(outF, w2, same_, 0, b.count);
+        PipeBarrier<PIPE_V>();
+        Gather(w2, w1, partner_, 0, b.count);
+      } else {
+        Gather(outF, w1, partner_, 0, b.count);
+      }
+      PipeBarrier<PIPE_V>();
+      Add(outF, outF, w2, static_cast<int32_t>(b.n));
+    }
+    return outF;
+  }
+
   __aicore__ inline void Compute(int64_t row0, int64_t rows, int64_t slots) {
     const LocalTensor<TDy> slices = inQueue_.template DeQue<TDy>();
     const LocalTensor<TCos> cosRows = cosQueue_.template DeQue<TCos>();
     const LocalTensor<TDy> out = outQueue_.template AllocTensor<TDy>();
     const int64_t n = rows * pitch_;
     const bool perRow = tiling_.cosNStride != 0;
-    const LocalTensor<float> w1 = work1Buf_.Get<float>(), w2 = work2Buf_.Get<float>();
     const uint32_t count = static_cast<uint32_t>(n);
     // 16-bit interleave-half with swapped groups: `same` permutes the 16-bit data, half the gather repeats
     // (before the cast forward, after the rounding backward: the same bits either way).
@@ -343,68 +446,13 @@ class PartialRotaryKernel {
       xf = AsFloat(slices, swap_ ? work2Buf_ : dyFloatBuf_, n);  // swapping: fp32 x in work2, updated in place
     }
     const LocalTensor<float> cosF = AsFloat(cosRows, cosFloatBuf_, slots * pitch_);
-    const LocalTensor<float> sinF = sinFloatBuf_.Get<float>();
-    LocalTensor<float> sinSrc = sinF;
-    if constexpr (kCosFloat) {
-      sinSrc = cosRows[tiling_.cosRowsPerLoop * pitch_].template ReinterpretCast<float>();
-    } else {
-      Cast(sinF, cosRows[tiling_.cosRowsPerLoop * pitch_], RoundMode::CAST_NONE,
-           static_cast<uint32_t>(slots * pitch_));
-      PipeBarrier<PIPE_V>();
-    }
-    MulLanes(sinF, 0, sinSrc, 0, sign_, 0, len_, 0, slots, false);  // sign * sin
-    PipeBarrier<PIPE_V>();
+    const LocalTensor<float> sinF = SignedSin(cosRows, slots);
+    const Block block{row0, rows, perRow, n, count, gather16};
     LocalTensor<float> outF;
     if constexpr (!CONJ) {
-      LocalTensor<float> in = xf;  // x in the y layout
-      if (gather16) {
-        Cast(w2, out, RoundMode::CAST_NONE, count);
-        in = w2;
-      } else if constexpr (kReorders) {
-        Gather(w2, xf, same_, 0, count);
-        in = w2;
-      }
-      if (!swap_) Gather(w1, xf, partner_, 0, count);
-      PipeBarrier<PIPE_V>();
-      if constexpr (kDyFloat) outF = out.template ReinterpretCast<float>(); else outF = w2;
-      if (swap_) MulSwapped(w1, in, sinF, row0, rows, perRow); else MulRows(w1, w1, sinF, row0, rows, perRow);
-      if constexpr (!kDyFloat) PipeBarrier<PIPE_V>();  // outF may be `in`, read just above
-      MulRows(outF, in, cosF, row0, rows, perRow);
-      PipeBarrier<PIPE_V>();
-      Add(outF, outF, w1, static_cast<int32_t>(n));
+      outF = RotateForward(out, xf, cosF, sinF, block);
     } else {
-      if (swap_) MulSwapped(w1, xf, sinF, row0, rows, perRow); else MulRows(w1, xf, sinF, row0, rows, perRow);
-      if constexpr (!kDyFloat) PipeBarrier<PIPE_V>();  // xf may be w2, read just above
-      MulRows(w2, xf, cosF, row0, rows, perRow);
-      PipeBarrier<PIPE_V>();
-      if constexpr (kDyFloat) {
-        outF = out.template ReinterpretCast<float>();
-      } else {
-        outF = swap_ ? w2 : dyFloatBuf_.Get<float>();
-      }
-      if (swap_ && kReorders) {  // the sum in the y layout, then one gather into the x layout
-        Add(w2, w2, w1, static_cast<int32_t>(n));
-        PipeBarrier<PIPE_V>();
-        if (gather16) {
-          Cast(slices, w2, RoundMode::CAST_RINT, count);  // slices is free: rounded, then permuted into out
-          PipeBarrier<PIPE_V>();
-          Gather(out, slices, same_, 0, count);
-        } else {
-          Gather(outF, w2, same_, 0, count);
-        }
-      } else if (swap_) {
-        Add(outF, w2, w1, static_cast<int32_t>(n));
-      } else {
-        if constexpr (kReorders) {
-          Gather(outF, w2, same_, 0, count);
-          PipeBarrier<PIPE_V>();
-          Gather(w2, w1, partner_, 0, count);
-        } else {
-          Gather(outF, w1, partner_, 0, count);
-        }
-        PipeBarrier<PIPE_V>();
-        Add(outF, outF, w2, static_cast<int32_t>(n));
-      }
+      outF = RotateBackward(out, slices, xf, cosF, sinF, block);
     }
     if constexpr (!kDyFloat) {
       if (!(gather16 && CONJ)) {

@@ -20,10 +20,8 @@ static RotaryShape make(int64_t B, int64_t S, int64_t N, int64_t D, int64_t star
   RotaryShape s{};
   s.dy[0] = B, s.dy[1] = S, s.dy[2] = N, s.dy[3] = D;
   s.cos[0] = 1, s.cos[1] = S, s.cos[2] = 1, s.cos[3] = end - start;
-  s.dy_dtype_bytes = dy_bytes;
-  s.cos_dtype_bytes = cos_bytes;
-  s.dy_dtype_id = dy_bytes == 4 ? 0 : 1;
-  s.cos_dtype_id = cos_bytes == 4 ? 0 : 2;
+  s.dy_dtype_id = dy_bytes == 4 ? ms_rotary::kFloat32 : ms_rotary::kFloat16;
+  s.cos_dtype_id = cos_bytes == 4 ? ms_rotary::kFloat32 : ms_rotary::kBFloat16;
   s.rotary_mode = mode;
   s.start = start;
   s.end = end;
