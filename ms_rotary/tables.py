@@ -7,7 +7,7 @@ import numpy as np
 
 from .constraints import FLOAT_DTYPES, normalize_mode
 from .modes import lane_pairs
-from .rope_scaling import inverse_frequencies
+from .rope_scaling import FRACTION, check_value, inverse_frequencies
 
 _PREFIX = "ms_rotary.rope_cos_sin"
 
@@ -18,6 +18,8 @@ def _positions(positions, quarter):
     positions = np.asarray(positions)
     if positions.dtype.kind not in "iu":
         raise TypeError(f"{_PREFIX}: positions must hold integers, got dtype {positions.dtype}")
+    if positions.ndim == 0 and not quarter:  # one position (a decode step): S = 1
+        positions = positions.reshape(1)
     rank = positions.ndim - (1 if quarter else 0)
     if rank not in (1, 2) or (quarter and positions.shape[-1] != 2):
         expected = "[S, 2] or [B, S, 2] (token and block position)" if quarter else "[S] or [B, S]"
@@ -28,15 +30,25 @@ def _positions(positions, quarter):
     return positions[None] if rank == 1 else positions  # [B|1, S] or [B|1, S, 2]
 
 
-def rope_cos_sin(positions, rotary_dim, rotary_mode=1, rope_theta=10000.0, rope_scaling=None,
-                 max_position_embeddings=None, seq_len=None, dtype=ms.float32):
+_MODE_REQUIRED = (
+    f"{_PREFIX}: rotary_mode is required: the table's lane layout must match the op's mode, and a guessed one "
+    f"rotates silently wrong. Llama, Qwen, Mistral, Gemma, GPT-NeoX and Phi use 'half'; GLM-4, ChatGLM2/3 and GPT-J "
+    f"'interleave'; ChatGLM-6B 'quarter'; DeepSeek-V2/V3 'interleave-half'.")
+_REQUIRED = object()
+
+
+def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.0, rope_scaling=None,
+                 max_position_embeddings=None, seq_len=None, dtype=ms.float32, head_dim=None):
     """cos, sin for `rotary_dim` rotated lanes at the given positions, in the lane layout `rotary_mode` expects.
 
-    positions: integer Tensor or array, [S] or [B, S]; for quarter mode (ChatGLM-6B 2D) [S, 2] or [B, S, 2]
-        (token position, block position: the first half of the slice rotates by the first, the second by the second).
+    positions: integer Tensor or array, [S] or [B, S], or one integer (S = 1); for quarter mode (ChatGLM-6B 2D)
+        [S, 2] or [B, S, 2] (token position, block position: the first half of the slice rotates by the first,
+        the second by the second).
     rotary_dim: lanes rotated (the op's partial_slice length): even, a multiple of 4 for quarter mode.
-    rotary_mode: 0 half / 3 interleave-half -> lanes cat(f, f); 1 interleave -> each frequency twice in a row;
-        2 quarter -> cat(f1, f1, f2, f2), f1 from token positions, f2 from block positions.
+    rotary_mode (required): 0 half / 3 interleave-half -> lanes cat(f, f); 1 interleave -> each frequency twice
+        in a row; 2 quarter -> cat(f1, f1, f2, f2), f1 from token positions, f2 from block positions.
+    head_dim: needed only when rope_scaling holds a partial_rotary_factor f other than 1 (transformers 5 keeps it
+        there): then rotary_dim must be int(head_dim * f), as transformers computes it.
     rope_theta, rope_scaling, max_position_embeddings: as in a Hugging Face config (`rope_scaling` or transformers
         5's `rope_parameters`, whose rope_theta wins when present); rope_type default, linear, dynamic, yarn,
         llama3 or longrope, with transformers 5's keys and defaults. The attention factor (yarn, longrope) scales
@@ -46,6 +58,8 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=1, rope_theta=10000.0, rope_
 
     Returns (cos, sin), each [1, S, 1, rotary_dim] or [B, S, 1, rotary_dim]: broadcast over heads.
     """
+    if rotary_mode is _REQUIRED:
+        raise TypeError(_MODE_REQUIRED)
     mode = normalize_mode(rotary_mode)
     quarter = mode == 2
     multiple = 4 if quarter else 2
@@ -55,6 +69,7 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=1, rope_theta=10000.0, rope_
                          f"for rotary_mode {mode}")
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{_PREFIX}: dtype={dtype} must be one of {[str(t) for t in FLOAT_DTYPES]}")
+    _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
     positions = _positions(positions, quarter)
     if seq_len is None:
         seq_len = int(positions.max()) + 1 if positions.size else 0
@@ -73,6 +88,26 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=1, rope_theta=10000.0, rope_
     lanes[..., yb] = angles
     lanes = lanes[:, :, None, :]
     return tuple(_to_tensor(fn(lanes) * attention_factor, dtype) for fn in (np.cos, np.sin))
+
+
+def _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim):
+    """A partial_rotary_factor other than 1 says only part of each head rotates: rotary_dim must be that part,
+    so it is checked against head_dim rather than ignored (the whole head would rotate)."""
+    factor = rope_scaling.get("partial_rotary_factor") if isinstance(rope_scaling, dict) else None
+    if factor is None:
+        return
+    factor = check_value("rope_scaling['partial_rotary_factor']", factor, FRACTION)
+    if factor == 1.0:
+        return
+    if head_dim is None:
+        raise ValueError(f"{_PREFIX}: rope_scaling['partial_rotary_factor']={factor} rotates part of each head: "
+                         f"pass head_dim= as well, and rotary_dim=int(head_dim * {factor}) (the op's slice length)")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or head_dim <= 0:
+        raise ValueError(f"{_PREFIX}: head_dim={head_dim!r} must be a positive integer")
+    if int(head_dim * factor) != rotary_dim:
+        raise ValueError(f"{_PREFIX}: rotary_dim={rotary_dim} but head_dim={head_dim} with "
+                         f"partial_rotary_factor={factor} rotates int({head_dim} * {factor}) = "
+                         f"{int(head_dim * factor)} lanes; they must agree")
 
 
 def _to_tensor(values, dtype):

@@ -222,3 +222,31 @@ def test_bad_configs_are_refused_by_name(kwargs, error, match):
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         ms_rotary.rope_cos_sin(**arguments)
+
+
+def test_the_mode_is_required_and_says_which_family_needs_which():
+    """Before: it defaulted to interleave, and Llama-style (rotate-half) code using the default rotated
+    silently wrong (2.5 off the Hugging Face layer)."""
+    with pytest.raises(TypeError, match=r"rotary_mode is required.*Llama.*'half'"):
+        ms_rotary.rope_cos_sin(np.arange(4), 8)
+
+
+def test_one_integer_position_is_a_decode_step():
+    cos, sin = ms_rotary.rope_cos_sin(37, 8, "half", rope_theta=100.0)
+    full_cos, full_sin = ms_rotary.rope_cos_sin(np.arange(38), 8, "half", rope_theta=100.0)
+    assert cos.shape == (1, 1, 1, 8)
+    np.testing.assert_array_equal(cos.asnumpy(), full_cos.asnumpy()[:, 37:38])
+    np.testing.assert_array_equal(sin.asnumpy(), full_sin.asnumpy()[:, 37:38])
+
+
+def test_a_partial_rotary_factor_is_checked_against_head_dim_not_ignored():
+    """Before: rope_cos_sin(pos, 80, "half", rope_scaling={..., "partial_rotary_factor": 0.4}) returned 80-wide
+    tables, and with partial_slice=None the whole head rotated."""
+    scaling = {"rope_type": "default", "partial_rotary_factor": 0.4}
+    with pytest.raises(ValueError, match=r"partial_rotary_factor'\]=0.4 rotates part of each head: pass head_dim="):
+        ms_rotary.rope_cos_sin(np.arange(4), 80, "half", rope_scaling=scaling)
+    with pytest.raises(ValueError, match=r"rotary_dim=80 but head_dim=80 .* = 32 lanes"):
+        ms_rotary.rope_cos_sin(np.arange(4), 80, "half", rope_scaling=scaling, head_dim=80)
+    cos, _ = ms_rotary.rope_cos_sin(np.arange(4), 32, "half", rope_scaling=scaling, head_dim=80)
+    plain, _ = ms_rotary.rope_cos_sin(np.arange(4), 32, "half")
+    np.testing.assert_array_equal(cos.asnumpy(), plain.asnumpy())  # frequencies over the rotated 32 lanes, as HF
