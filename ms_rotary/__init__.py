@@ -4,6 +4,7 @@ from .constraints import MAX_HEAD_DIM
 from .library import compiled_kernel_path
 from .modes import MODE_NAMES
 from .ops import InplacePartialRotaryMul, InplacePartialRotaryMulGrad, PartialRotaryMul, partial_rotary_mul
+from .rope_config import RopeConfig
 from .tables import rope_cos_sin
 from .version import __version__  # noqa: F401  (ms_rotary.__version__)
 
@@ -13,6 +14,7 @@ __all__ = [
     "PartialRotaryMul",
     "partial_rotary_mul",
     "rope_cos_sin",
+    "RopeConfig",
     "MODE_NAMES",
     "MAX_HEAD_DIM",
     "BACKEND_ENV_VAR",

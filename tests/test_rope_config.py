@@ -1,0 +1,130 @@
+"""RopeConfig.from_config: a model's head width, rotated lanes, layout and table parameters from its Hugging
+Face config, in both config forms. The families are checked against transformers' own rotary classes and
+apply functions when transformers is installed (`pip install torch==2.13.0 transformers==5.18.0`)."""
+import importlib
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+import ms_rotary
+from ms_rotary import RopeConfig
+
+POSITIONS = np.array([0, 1, 5, 17, 300, 4095, 9000])
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+DEEPSEEK_YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                 "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+# family: (model_type, config kwargs, transformers module, its apply function, q heads); transformers' apply
+# function takes the whole head, except for the families in ROTATED_PART_ONLY (their attention splits first).
+ROTATED_PART_ONLY = ("phi", "deepseek_v3")
+FAMILIES = {
+    "Llama-3 (llama3 scaling, GQA)": ("llama", dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                                                    max_position_embeddings=131072,
+                                                    rope_parameters={**LLAMA3, "rope_theta": 500000.0}),
+                                      "llama", "apply_rotary_pos_emb", 4),
+    "Qwen3 (MQA, head_dim given)": ("qwen3", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=1,
+                                                  head_dim=32, rope_parameters={"rope_type": "default",
+                                                                                "rope_theta": 1e6}),
+                                    "qwen3", "apply_rotary_pos_emb", 4),
+    "GPT-NeoX (partial 0.25)": ("gpt_neox", dict(hidden_size=128, num_attention_heads=2,
+                                                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                  "partial_rotary_factor": 0.25}),
+                                "gpt_neox", "apply_rotary_pos_emb", 2),
+    "Phi (partial 0.5)": ("phi", dict(hidden_size=128, num_attention_heads=2, partial_rotary_factor=0.5,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                       "partial_rotary_factor": 0.5}),
+                          "phi", "apply_rotary_pos_emb", 2),
+    "GLM-4 (interleave, partial 0.5)": ("glm4", dict(hidden_size=128, num_attention_heads=2, head_dim=64,
+                                                     partial_rotary_factor=0.5,
+                                                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                      "partial_rotary_factor": 0.5}),
+                                        "glm4", "apply_rotary_pos_emb", 2),
+    "DeepSeek-V3 (yarn, interleave-half on the tail)": (
+        "deepseek_v3", dict(hidden_size=128, num_attention_heads=2, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                            v_head_dim=32, max_position_embeddings=163840,
+                            rope_parameters={**DEEPSEEK_YARN, "rope_theta": 10000.0}),
+        "deepseek_v3", "apply_rotary_pos_emb_interleave", 2),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_rotates_as_transformers_does(family):
+    """Config -> RopeConfig -> rope_cos_sin -> PartialRotaryMul on q equals transformers' rotary embedding and
+    apply function on the same q (Phi, DeepSeek: on the rotated part of each head, the rest untouched)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    model_type, kwargs, module_name, apply_name, heads = FAMILIES[family]
+    config = transformers.CONFIG_MAPPING[model_type](**kwargs)
+    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    rotary_class = next(getattr(module, name) for name in dir(module) if name.endswith("RotaryEmbedding"))
+    rope = RopeConfig.from_config(config)
+    assert rope == RopeConfig.from_config(config.to_dict())  # an object and its config.json agree
+    start, end = rope.partial_slice
+    q = np.random.default_rng(3).uniform(-1, 1, (1, len(POSITIONS), heads, rope.head_dim)).astype(np.float32)
+    positions = torch.tensor(POSITIONS[None])
+    cos_hf, sin_hf = rotary_class(config)(torch.zeros(1, dtype=torch.float32), positions)
+    part_only = model_type in ROTATED_PART_ONLY
+    q_hf = torch.tensor(q[..., start:end] if part_only else q).transpose(1, 2)
+    expected, _ = getattr(module, apply_name)(q_hf, q_hf, cos_hf, sin_hf)
+    expected = expected.transpose(1, 2).numpy()
+    cos, sin = rope.cos_sin(POSITIONS, seq_len=None)
+    got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin).asnumpy()
+    if part_only:
+        np.testing.assert_array_equal(np.delete(got, np.s_[start:end], -1), np.delete(q, np.s_[start:end], -1))
+        got = got[..., start:end]
+    np.testing.assert_allclose(got, expected, atol=5e-4, rtol=0)  # transformers computes angles in fp32
+
+
+def test_both_config_forms_give_the_same_facts():
+    """transformers 4's keys (rope_scaling, top-level rope_theta, GPT-NeoX's rotary_pct/rotary_emb_base) and
+    transformers 5's rope_parameters."""
+    old = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "rope_theta": 500000.0,
+           "rope_scaling": dict(LLAMA3), "max_position_embeddings": 131072}
+    new = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "max_position_embeddings": 131072,
+           "rope_parameters": {**LLAMA3, "rope_theta": 500000.0}}
+    assert RopeConfig.from_config(old) == RopeConfig.from_config(new)
+    neox_old = {"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 8, "rotary_pct": 0.25,
+                "rotary_emb_base": 10000, "max_position_embeddings": 2048}
+    neox = RopeConfig.from_config(neox_old)
+    assert (neox.head_dim, neox.partial_slice, neox.rotary_mode, neox.rope_theta) == (64, (0, 16), 0, 10000.0)
+    assert neox.rope_scaling is None
+
+
+def test_the_layout_and_slice_of_each_known_family():
+    glm = RopeConfig.from_config({"model_type": "chatglm", "hidden_size": 4096, "num_attention_heads": 32,
+                                  "kv_channels": 128, "rope_ratio": 500, "seq_length": 32768})
+    assert (glm.partial_slice, glm.rotary_mode, glm.rope_theta) == ((0, 64), 1, 5e6)
+    gptj = RopeConfig.from_config({"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64})
+    assert (gptj.head_dim, gptj.partial_slice, gptj.rotary_mode) == (256, (0, 64), 1)
+    deepseek = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128, "qk_nope_head_dim": 128,
+                "qk_rope_head_dim": 64, "rope_theta": 10000}
+    assert RopeConfig.from_config(deepseek).partial_slice == (128, 192)
+    assert RopeConfig.from_config(deepseek).rotary_mode == 3
+    assert RopeConfig.from_config({**deepseek, "rope_interleave": False}).rotary_mode == 0
+    assert RopeConfig.from_config({**deepseek, "model_type": "deepseek_v2"}).rotary_mode == 1
+
+
+@pytest.mark.parametrize("config, kwargs, error, match", [
+    ({"model_type": "my_llm", "hidden_size": 64, "num_attention_heads": 2}, {}, ValueError,
+     r"model_type='my_llm' has no known rotary layout; pass rotary_mode="),
+    ({"model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 2,
+      "rope_scaling": {"type": "mrope", "mrope_section": [8, 4, 4]}}, {}, ValueError, "uses M-RoPE"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "partial_rotary_factor": 1.5}, {},
+     ValueError, r"partial_rotary_factor=1.5 must be a number in \(0, 1\]"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "rope_theta": "1e4"}, {}, ValueError,
+     r"rope_theta='1e4' must be a finite number > 0"),
+    ({"model_type": "llama"}, {}, ValueError, "neither head_dim nor hidden_size"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "rope_scaling": "linear"}, {}, TypeError,
+     "rope_scaling must be a dict"),
+])
+def test_configs_that_cannot_be_read_are_refused_by_name(config, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        RopeConfig.from_config(config, **kwargs)
+
+
+def test_an_unknown_family_with_an_explicit_mode():
+    rope = RopeConfig.from_config({"model_type": "my_llm", "hidden_size": 64, "num_attention_heads": 2},
+                                  rotary_mode="interleave")
+    assert (rope.head_dim, rope.partial_slice, rope.rotary_mode) == (32, (0, 32), 1)
