@@ -1,6 +1,7 @@
 """ms_rotary: partial rotary position embedding (RoPE) for MindSpore, forward and backward, all four modes."""
 from .backend import ENV_VAR as BACKEND_ENV_VAR
 from .constraints import MAX_HEAD_DIM
+from .embedding import RotaryEmbedding
 from .library import compiled_kernel_path
 from .modes import MODE_NAMES
 from .ops import InplacePartialRotaryMul, InplacePartialRotaryMulGrad, PartialRotaryMul, partial_rotary_mul
@@ -15,6 +16,7 @@ __all__ = [
     "partial_rotary_mul",
     "rope_cos_sin",
     "RopeConfig",
+    "RotaryEmbedding",
     "MODE_NAMES",
     "MAX_HEAD_DIM",
     "BACKEND_ENV_VAR",

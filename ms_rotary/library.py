@@ -8,8 +8,9 @@ LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libm
 _SHAPE = ctypes.c_int64 * 4
 # Every entry the package calls: the two plain C entries (eager calls) and the AOT entries ops.Custom loads
 # (kernel/cpu/aot_entry.cc, named in op_info/cpu.py). A stale or foreign library lacks one.
-C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad")
+C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions")
 AOT_ENTRIES = ("RotaryMulOut", "RotaryMulGradOut")
+AOT_POSITIONS_ENTRIES = ("RotaryPositionsOut", "RotaryPositionsGradOut")
 _REINSTALL = "reinstall ms_rotary (`pip install .` builds it) or pass backend='pyfunc'"
 
 # Status codes of kernel/common/rotary_rules.h (13 and 14 come from the Ascend tiling only).
@@ -28,6 +29,7 @@ STATUS_MESSAGES = {
     12: "a tensor's element or byte count overflows int64",
     13: "one row's slice does not fit in the Ascend unified buffer",
     14: "no Ascend vector core",
+    15: "a position outside the cos/sin cache, or positions that do not fit the tensors' B and S",
 }
 
 
@@ -50,7 +52,7 @@ class CompiledKernel:
         except OSError as error:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded ({error}); "
                                f"{_REINSTALL}") from None
-        missing = [entry for entry in C_ENTRIES + AOT_ENTRIES if not hasattr(library, entry)]
+        missing = [entry for entry in C_ENTRIES + AOT_ENTRIES + AOT_POSITIONS_ENTRIES if not hasattr(library, entry)]
         if missing:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded (it lacks the entries "
                                f"{missing}: a stale or foreign build); {_REINSTALL}")
@@ -63,6 +65,10 @@ class CompiledKernel:
         self._cos_sin_grad.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE] * 2 + [ctypes.c_char_p] * 2 + \
             [ctypes.c_int64] * 3 + [ctypes.c_int]
         self._cos_sin_grad.restype = ctypes.c_int
+        self._run_positions = library.ms_rotary_run_positions
+        self._run_positions.argtypes = [ctypes.c_void_p] * 7 + [_SHAPE] * 3 + [ctypes.c_int64] * 2 + \
+            [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
+        self._run_positions.restype = ctypes.c_int
 
     def rotate(self, dy, out, cos, sin, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype, sin_dtype, rotary_mode,
                start, end, conjugate, num_threads=0):
@@ -78,6 +84,16 @@ class CompiledKernel:
         in y's lane layout, x_side in x's (kernel/cpu/rotary_kernel.h: run_cos_sin_grad)."""
         return self._cos_sin_grad(y_side, x_side, dcos, dsin, _SHAPE(*dy_shape), _SHAPE(*cos_shape),
                                   dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
+
+
+    def rotate_by_positions(self, q, q_out, k, k_out, cos, sin, positions, q_shape, k_shape, cache_shape,
+                            positions_shape, dy_dtype, cos_dtype, rotary_mode, start, end, conjugate, num_threads=0):
+        """q (and k, unless None) rotated by the cache rows [1, P, 1, L] that positions (int64 [batch, S]) pick;
+        out pointers None: in place. Both tensors are checked before either is written."""
+        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _SHAPE(*q_shape),
+                                   _SHAPE(*(k_shape or q_shape)), _SHAPE(*cache_shape), *positions_shape,
+                                   dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, int(conjugate),
+                                   num_threads)
 
 
 @functools.lru_cache(maxsize=None)

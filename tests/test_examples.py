@@ -26,3 +26,8 @@ def test_attention_example_self_check(name):
 def test_training_demo_loss_falls():
     out = run_example(os.path.join(EXAMPLES, "train_tiny_lm.py"), "--mode", "interleave-half", "--steps", "120")
     assert "[interleave-half] loss" in out
+
+
+def test_llama3_decode_example_matches_the_full_sequence():
+    out = run_example(os.path.join(EXAMPLES, "llama3_decode.py"))
+    assert any(line.startswith("[self-check]") and line.endswith("OK") for line in out.splitlines()), out

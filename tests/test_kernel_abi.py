@@ -204,3 +204,34 @@ def test_every_status_code_has_a_message():
                                "rotary_rules.h")).read()
     codes = {int(value) for value in re.findall(r"^\s+k\w+ = (\d+),", header, re.MULTILINE)}
     assert codes - {0} == set(library.STATUS_MESSAGES)
+
+
+POSITION_CALLS = {  # name: (positions, positions shape passed, expected status)
+    "in range": (np.array([[0, 3, 7]]), (1, 3), 0),
+    "past the cache": (np.array([[0, 3, 8]]), (1, 3), 15),
+    "negative": (np.array([[0, -1, 2]]), (1, 3), 15),
+    "S differs from q's": (np.array([[0, 1]]), (1, 2), 15),
+    "batch neither 1 nor B": (np.zeros((3, 3), np.int64), (3, 3), 15),
+}
+
+
+@pytest.mark.parametrize("name", POSITION_CALLS)
+def test_the_positions_entry_checks_every_position_before_writing(kernel, name):
+    """q [2, 3, 2, 16] and k [2, 3, 1, 16] rotated on [0, 8) by rows of an 8-row cache: a position outside
+    it, or positions that do not fit q and k, return status 15 with neither tensor written."""
+    positions, shape, status = POSITION_CALLS[name]
+    rng = np.random.default_rng(3)
+    q = rng.uniform(-1, 1, (2, 3, 2, 16)).astype(np.float32)
+    k = rng.uniform(-1, 1, (2, 3, 1, 16)).astype(np.float32)
+    cos, sin = (rng.uniform(-1, 1, (1, 8, 1, 8)).astype(np.float32) for _ in range(2))
+    positions = np.ascontiguousarray(positions, np.int64)
+    before = q.copy(), k.copy()
+    got = kernel.rotate_by_positions(q.ctypes.data, None, k.ctypes.data, None, cos.ctypes.data, sin.ctypes.data,
+                                     positions.ctypes.data, q.shape, k.shape, cos.shape, shape, "float32",
+                                     "float32", 0, 0, 8, False, num_threads=1)
+    assert got == status
+    if status:
+        np.testing.assert_array_equal(q, before[0])
+        np.testing.assert_array_equal(k, before[1])
+    else:
+        assert not np.array_equal(q, before[0]) and not np.array_equal(k, before[1])

@@ -24,6 +24,7 @@ enum Status : int {
   kShapeTooLarge = 12,
   kNoUbRoom = 13,     // Ascend tiling: one row's slice does not fit in the unified buffer
   kBadCoreCount = 14, // Ascend tiling: no vector core
+  kBadPositions = 15, // a position outside the cos/sin cache, or positions that do not fit dy's B and S
 };
 
 constexpr int64_t kMaxHeadDim = 1024;

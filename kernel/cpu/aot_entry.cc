@@ -12,6 +12,12 @@ extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *s
                              const int64_t *cos_shape, const int64_t *sin_shape, const char *dy_dtype,
                              const char *cos_dtype, const char *sin_dtype, int64_t rotary_mode, int64_t start,
                              int64_t end, int conjugate, int num_threads);
+extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_out, const void *cos, const void *sin,
+                                       const int64_t *positions, const int64_t *q_shape, const int64_t *k_shape,
+                                       const int64_t *cache_shape, int64_t positions_batch, int64_t positions_seq,
+                                       const char *dy_dtype,
+                                       const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
+                                       int conjugate, int num_threads);
 extern "C" int ms_rotary_cos_sin_grad(const void *y_side, const void *x_side, void *dcos, void *dsin,
                                       const int64_t *dy_shape, const int64_t *cos_shape, const char *dy_dtype,
                                       const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
@@ -84,7 +90,50 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
                        dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end, conjugate ? 1 : 0, 0);
 }
 
+// params: q, [k,] cos, sin, positions, then the outputs q_out [, k_out]: q (and k) with their slices rotated by
+// the cache rows the positions pick. cos/sin are the cache [1, P, 1, L], positions int64 [1 or B, S].
+int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra,
+                  bool conjugate) {
+  if ((nparam != 5 && nparam != 7) || params == nullptr || ndims == nullptr || shapes == nullptr ||
+      dtypes == nullptr) {
+    return ms_rotary::kBadParamCount;
+  }
+  const int heads = nparam == 7 ? 2 : 1;  // q alone, or q and k
+  for (int i = 0; i < nparam; ++i) {
+    if (params[i] == nullptr || shapes[i] == nullptr || dtypes[i] == nullptr) return ms_rotary::kBadParamCount;
+  }
+  const int cos = heads, sin = heads + 1, positions = heads + 2, out = heads + 3;
+  if (ndims[positions] != 2 || std::string(dtypes[positions]) != "int64") return ms_rotary::kBadPositions;
+  auto *attrs = static_cast<AotExtraView *>(extra);
+  if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
+    return ms_rotary::kMissingAttr;
+  }
+  const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
+  if (slice.size() != 2) return ms_rotary::kBadSlice;
+  for (int h = 0; h < heads; ++h) {
+    if (ndims[h] != 4 || ndims[out + h] != 4 || ndims[cos] != 4 || ndims[sin] != 4) return ms_rotary::kBadRank;
+    if (!same_shape(shapes[h], shapes[out + h]) || params[out + h] == params[h]) return ms_rotary::kBadRank;
+    if (shapes[positions][1] != shapes[h][1]) return ms_rotary::kBadPositions;
+  }
+  return ms_rotary_run_positions(params[0], params[out], heads == 2 ? params[1] : nullptr,
+                                 heads == 2 ? params[out + 1] : nullptr, params[cos], params[sin],
+                                 static_cast<const int64_t *>(params[positions]), shapes[0],
+                                 heads == 2 ? shapes[1] : nullptr, shapes[cos], shapes[positions][0],
+                                 shapes[positions][1], dtypes[0],
+                                 dtypes[cos], attrs->GetAttrInt("rotary_mode"), slice[0],
+                                 ms_rotary::slice_end(slice[0], slice[1], shapes[cos]), conjugate ? 1 : 0, 0);
+}
+
 }  // namespace
+
+#define MS_ROTARY_AOT_POSITIONS_ENTRY(name, conjugate)                                                  \
+  extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
+                      void * /*stream*/, void *extra) {                                           \
+    return run_positions(nparam, params, ndims, shapes, dtypes, extra, conjugate);                \
+  }
+
+MS_ROTARY_AOT_POSITIONS_ENTRY(RotaryPositionsOut, false)
+MS_ROTARY_AOT_POSITIONS_ENTRY(RotaryPositionsGradOut, true)
 
 #define MS_ROTARY_AOT_ENTRY(name, conjugate)                                                            \
   extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
@@ -146,4 +195,49 @@ extern "C" int ms_rotary_cos_sin_grad(const void *y_side, const void *x_side, vo
   p.end = end;
   return ms_rotary::run_cos_sin_grad(p, y_side, x_side, dcos, dsin,
                                      num_threads > 0 ? num_threads : configured_threads());
+}
+
+// Plain C entry of a call that gathers cos/sin rows by position: q (and k, when not null) rotated by cache
+// rows positions[b or 0, s]; out pointers null: in place. Both are checked before either is written.
+extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_out, const void *cos, const void *sin,
+                                       const int64_t *positions, const int64_t *q_shape, const int64_t *k_shape,
+                                       const int64_t *cache_shape, int64_t positions_batch, int64_t positions_seq,
+                                       const char *dy_dtype,
+                                       const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
+                                       int conjugate, int num_threads) {
+  if (q == nullptr || cos == nullptr || sin == nullptr || positions == nullptr || q_shape == nullptr ||
+      cache_shape == nullptr || (k != nullptr && k_shape == nullptr)) {
+    return ms_rotary::kBadParamCount;
+  }
+  ms_rotary::RotaryProblem problems[2]{};
+  const int heads = k != nullptr ? 2 : 1;
+  // positions holds positions_batch * positions_seq values: S must be positions_seq for every tensor read
+  if (positions_seq != q_shape[1] || (heads == 2 && positions_seq != k_shape[1])) return ms_rotary::kBadPositions;
+  for (int h = 0; h < heads; ++h) {
+    ms_rotary::RotaryProblem &p = problems[h];
+    p.dy = h == 0 ? q : k;
+    p.out = h == 0 ? q_out : k_out;
+    p.cos = cos;
+    p.sin = sin;
+    for (int i = 0; i < 4; ++i) {
+      p.dy_shape[i] = (h == 0 ? q_shape : k_shape)[i];
+      p.cos_shape[i] = p.sin_shape[i] = cache_shape[i];
+    }
+    p.dy_dtype = ms_rotary::dtype_from_name(dy_dtype);
+    p.cos_dtype = p.sin_dtype = ms_rotary::dtype_from_name(cos_dtype);
+    p.rotary_mode = rotary_mode;
+    p.start = start;
+    p.end = end;
+    p.conjugate = conjugate != 0;
+    p.positions = positions;
+    p.positions_batch = positions_batch;
+    const ms_rotary::Status status = ms_rotary::check_rotary(p);
+    if (status != ms_rotary::kOk) return status;
+  }
+  const int threads = num_threads > 0 ? num_threads : configured_threads();
+  for (int h = 0; h < heads; ++h) {
+    const ms_rotary::Status status = ms_rotary::run_rotary(problems[h], threads);
+    if (status != ms_rotary::kOk) return status;
+  }
+  return ms_rotary::kOk;
 }

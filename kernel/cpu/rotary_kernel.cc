@@ -308,6 +308,13 @@ inline void rotate_fixed_slice(const T *src, T *dst, const CosSinLanes &cs) {
 struct Geometry {
   int64_t S, N, D, start, end, len;
   int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // 0 on broadcast axes, in rows
+  const int64_t *positions = nullptr;                 // set: cos row = positions[b * positions_b_stride + s]
+  int64_t positions_b_stride = 0;
+
+  int64_t cos_row(int64_t b, int64_t s, int64_t n) const {
+    return positions != nullptr ? positions[b * positions_b_stride + s]
+                                : b * cos_b_stride + s * cos_s_stride + n * cos_n_stride;
+  }
 };
 
 // Slices of rows far apart in memory (D >> slice) defeat the hardware prefetcher: each row is a new
@@ -349,7 +356,7 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   const bool whole_rows = reads_whole_rows(g, dy == out);
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t cos_row = b * g.cos_b_stride + srow * g.cos_s_stride + n * g.cos_n_stride;
+    const int64_t cos_row = g.cos_row(b, srow, n);
     if (cos_row != cached_cos_row) {
       split_cos_sin<ModeLayout<MODE>::y>(cos + cos_row * g.len, sin + cos_row * g.len, g.len, cs);
       cached_cos_row = cos_row;
@@ -489,6 +496,27 @@ void parallel_for(int threads, int64_t count, const Work &work) {
 
 bool is_empty(const RotaryProblem &p) { return is_empty_work(p.dy_shape, p.cos_shape, p.start, p.end); }
 
+// The rules of a call that gathers cos/sin rows by position: the op's rules for one cos/sin row broadcast over
+// dy, a cache [1, P, 1, len] with P >= 1, positions [1 or B, S], every position in [0, P).
+Status check_positions(const RotaryProblem &p) {
+  const int64_t one_row[4] = {1, 1, 1, p.cos_shape[3]};
+  const Status status = check_shapes(p.dy_shape, one_row, one_row, dtype_bytes(p.dy_dtype),
+                                     dtype_bytes(p.cos_dtype), p.rotary_mode, p.start, p.end);
+  if (status != kOk) return status;
+  for (int i = 0; i < 4; ++i) {
+    if (p.cos_shape[i] != p.sin_shape[i]) return kCosSinMismatch;
+  }
+  if (p.cos_shape[0] != 1 || p.cos_shape[2] != 1 || p.cos_shape[1] < 1 || !fits_int64(p.cos_shape, 8)) {
+    return kBadPositions;
+  }
+  if (p.positions_batch != 1 && p.positions_batch != p.dy_shape[0]) return kBadPositions;
+  const int64_t count = p.positions_batch * p.dy_shape[1], cache_rows = p.cos_shape[1];
+  for (int64_t i = 0; i < count; ++i) {
+    if (p.positions[i] < 0 || p.positions[i] >= cache_rows) return kBadPositions;
+  }
+  return kOk;
+}
+
 int64_t element_count(const int64_t *shape) { return shape[0] * shape[1] * shape[2] * shape[3]; }
 
 // --- gradients for cos and sin ---------------------------------------------------------------------------
@@ -574,6 +602,7 @@ DType dtype_from_name(const char *name) {
 Status check_rotary(const RotaryProblem &p) {
   if (p.dy_dtype == kBadDType || p.cos_dtype == kBadDType || p.sin_dtype == kBadDType) return kBadDTypeCode;
   if (p.cos_dtype != p.sin_dtype) return kCosSinMismatch;
+  if (p.positions != nullptr) return check_positions(p);
   return check_shapes(p.dy_shape, p.cos_shape, p.sin_shape, dtype_bytes(p.dy_dtype), dtype_bytes(p.cos_dtype),
                       p.rotary_mode, p.start, p.end);
 }
@@ -592,6 +621,8 @@ Status run_rotary(const RotaryProblem &p, int num_threads) {
   Geometry g{S, N, p.dy_shape[3], p.start, p.end, p.end - p.start, 0, 0, 0};
   const CosStrides strides = cos_row_strides(p.cos_shape);
   g.cos_b_stride = strides.b, g.cos_s_stride = strides.s, g.cos_n_stride = strides.n;
+  g.positions = p.positions;
+  g.positions_b_stride = p.positions_batch > 1 ? S : 0;
   const RowFn fn = p.conjugate ? pick_instance<PickRotateRows<true>>(p.rotary_mode, p.dy_dtype, p.cos_dtype)
                                : pick_instance<PickRotateRows<false>>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
   const int64_t rows = B * S * N;

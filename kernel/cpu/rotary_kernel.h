@@ -24,6 +24,11 @@ struct RotaryProblem {
   int64_t start;
   int64_t end;
   bool conjugate;          // false: forward y = x*cos + rot(x)*sin; true: its transpose (the grad)
+  // Optional: the cos/sin row of dy row (b, s, n) is positions[b * (positions_batch > 1) * S + s], cos/sin
+  // being a cache [1, P, 1, end - start] and positions [positions_batch, S] int64 in [0, P), positions_batch
+  // 1 or B. Null: cos/sin broadcast to dy as above.
+  const int64_t *positions = nullptr;
+  int64_t positions_batch = 0;
 };
 
 // The most threads one call uses (a requested count above it is capped; $MS_ROTARY_NUM_THREADS above it is

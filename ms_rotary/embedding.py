@@ -1,0 +1,346 @@
+"""RotaryEmbedding: the layer a model calls with positions, over a cos/sin cache built once from its config.
+
+    rope = ms_rotary.RotaryEmbedding.from_config(config)
+    q_rot, k_rot = rope(q, k, positions)       # q [B, S, Nq, D], k [B, S, Nk, D], positions int [S] or [B, S]
+
+The kernel reads each token's cos/sin row from the cache at its position (no gathered table is built) and
+rotates q and k in one call; the backward is the same call transposed. Decoding passes the new tokens'
+positions; packed sequences are B = 1 with positions that restart per sequence. CPU (the compiled kernel, or
+the numpy fallback); PyNative, ms.jit and GRAPH_MODE; out of place, gradients for q and k to any order."""
+import dataclasses
+import numbers
+
+import mindspore as ms
+import numpy as np
+from mindspore import mint, nn, ops
+from mindspore.graph.api import _pynative_executor
+from mindspore.ops import CustomRegOp, DataType
+
+from . import library, numpy_kernel, routes
+from .backend import choose_backend
+from .constraints import FLOAT_DTYPES, check_dtypes, check_shapes, element_dtype, normalize_mode
+from .kernels import DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, _host_array, _host_float32
+from .rope_config import RopeConfig
+from .routes import Route
+from .tables import rope_cos_sin
+
+_PREFIX = "ms_rotary.RotaryEmbedding"
+_FLOATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
+# Tables whose frequencies depend on the current sequence length: one cache cannot hold them.
+_LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+
+@dataclasses.dataclass(frozen=True)
+class _GatherCall:
+    rotary_mode: int
+    start: int
+    end: int
+    conjugate: bool
+    heads: int  # 1: q alone, 2: q and k
+
+    def transpose(self):
+        return dataclasses.replace(self, conjugate=not self.conjugate)
+
+
+def _check(call, q_shape, k_shape, cache_shape, positions_shape):
+    """The layer's shape rules (the op's rules for each of q and k with one cos/sin row, then the cache's
+    and the positions'): raises naming the argument before any kernel runs."""
+    one_row = (1, 1, 1, call.end - call.start)
+    for name, shape in (("q", q_shape), ("k", k_shape))[:call.heads]:
+        check_shapes(shape, one_row, one_row, call.rotary_mode, (call.start, call.end), name)
+    if call.heads == 2 and tuple(k_shape[:2]) != tuple(q_shape[:2]):
+        raise ValueError(f"{_PREFIX}: q {tuple(q_shape)} and k {tuple(k_shape)} must share B and S")
+    if len(positions_shape) != 2 or positions_shape[0] not in (1, q_shape[0]) or positions_shape[1] != q_shape[1]:
+        raise ValueError(f"{_PREFIX}: positions of shape {tuple(positions_shape)} do not fit q {tuple(q_shape)}; "
+                         f"they must be [S] or [B, S] = [{q_shape[0]}, {q_shape[1]}]")
+
+
+def _reg_info(entry, call, heads):
+    info = CustomRegOp(entry).input(0, "q")
+    names = ["q", "k"][:heads]
+    for index, name in enumerate(names[1:] + ["cos", "sin", "positions"], start=1):
+        info = info.input(index, name)
+    for index, name in enumerate(names):
+        info = info.output(index, f"{name}_out")
+    info = (info.attr("rotary_mode", "required", "int", value=call.rotary_mode)
+            .attr("partial_slice", "required", "listInt", value=[call.start, call.end]))
+    for dy_type in _FLOATS:
+        for cos_type in _FLOATS:
+            info = info.dtype_format(*([dy_type] * heads), cos_type, cos_type, DataType.I64_Default,
+                                     *([dy_type] * heads))
+    return info.target("CPU").get_op_info()
+
+
+class _GatherKernel(nn.Cell):
+    """One direction of the gathered rotation on one target: traced through ops.Custom, eagerly on the
+    tensors' memory (CPU)."""
+
+    def __init__(self, call, backend, device_target):
+        super().__init__()
+        self.call, self.backend, self.device_target = call, backend, device_target
+
+        # Traced, one primitive per tensor (MindSpore 2.10's CPU AOT kernels take one output): q, then k.
+        single = dataclasses.replace(call, heads=1)
+
+        def infer_shape(shape, cos_shape, sin_shape, positions_shape):
+            _check(single, shape, None, cos_shape, positions_shape)
+            return list(shape)
+
+        def infer_dtype(dtype, cos_dtype, sin_dtype, positions_dtype):
+            check_dtypes(dtype, cos_dtype, sin_dtype, "q")
+            return dtype
+
+        if backend == "aot":
+            entry = library.AOT_POSITIONS_ENTRIES[call.conjugate]
+            library.load()
+            self.prim = ops.Custom(f"{library.LIB_PATH}:{entry}", infer_shape, infer_dtype, func_type="aot",
+                                   reg_info=_reg_info(entry, call, 1))
+        else:
+            def compute(t, cos, sin, positions):
+                return _numpy_gather_rotate(call, t, cos, sin, positions)
+
+            # bf16 leaves numpy as unrounded fp32, rounded once by the cast in construct
+            self.prim = ops.Custom(compute, infer_shape, lambda *dtypes: ms.float32, func_type="pyfunc")
+
+    def __call__(self, *inputs):
+        if routes.runs_now_on_host(self.device_target):
+            heads = self.call.heads
+            return self.run_now(inputs[:heads], *inputs[heads:])
+        return super().__call__(*inputs)
+
+
+    def run_now(self, tensors, cos, sin, positions):
+        """Eagerly, on host memory: new tensors with the slices rotated. No op of its own joins MindSpore's queue
+        (each would cost a round trip through it before the kernel could run): positions are read on the host,
+        the results are numpy buffers the new tensors share."""
+        call = self.call
+        positions = _host_positions(positions)
+        _check(call, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, cos.shape, positions.shape)
+        _check_positions_range(positions, cos.shape[1])
+        tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        dy_dtype, cos_dtype = DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)]
+        # Small results in fresh numpy buffers (no queue round trip); large ones from MindSpore's memory pool,
+        # whose pages are already mapped (fresh pages would cost more than the wait for the allocation).
+        pooled = sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE
+        outs = [mint.empty_like(t) if pooled else np.empty(tuple(t.shape), _HOST_STORAGE[dy_dtype]) for t in tensors]
+        _pynative_executor.sync()  # the ops that produce q and k (and the pooled results) have run
+        out_ptrs = [out.data_ptr() if pooled else out.ctypes.data for out in outs]
+        if self.backend == "aot":
+            k, k_out = (tensors[1].data_ptr(), out_ptrs[1]) if call.heads == 2 else (None, None)
+            status = library.load().rotate_by_positions(
+                tensors[0].data_ptr(), out_ptrs[0], k, k_out, cos.data_ptr(), sin.data_ptr(),
+                positions.ctypes.data, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, cos.shape,
+                positions.shape, dy_dtype, cos_dtype, call.rotary_mode, call.start, call.end, call.conjugate)
+            library.raise_for_status(status)
+        else:
+            for tensor, out in zip(tensors, outs):
+                rotated = _numpy_gather_rotate(call, _host_float32(tensor), _host_float32(cos), _host_float32(sin),
+                                               positions)
+                (_host_array(out) if pooled else out)[...] = numpy_kernel.from_float32(rotated, dy_dtype)
+        return tuple(outs) if pooled else tuple(_tensor_sharing(out, dy_dtype) for out in outs)
+
+
+class _GatherKernelQ(_GatherKernel):
+    def construct(self, q, cos, sin, positions):  # straight-line: graph second-order autodiff needs it
+        return (self.prim(q, cos, sin, positions).astype(q.dtype),)
+
+
+class _GatherKernelQK(_GatherKernel):
+    def construct(self, q, k, cos, sin, positions):
+        return self.prim(q, cos, sin, positions).astype(q.dtype), self.prim(k, cos, sin, positions).astype(k.dtype)
+
+
+_HOST_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bf16 as its bits
+
+
+def _tensor_sharing(array, dtype_name):
+    """A tensor over the numpy buffer (no copy); bf16 reinterprets its uint16 bits."""
+    tensor = ms.Tensor.from_numpy(array)
+    return tensor.view(ms.bfloat16) if dtype_name == "bfloat16" else tensor
+
+
+def _host_positions(positions):
+    """int64 [1|B, S] on the host, C-contiguous, from a tensor or an array of integers."""
+    array = positions.asnumpy() if isinstance(positions, ms.Tensor) else np.asarray(positions)
+    return np.ascontiguousarray(array.reshape(1, -1) if array.ndim == 1 else array, np.int64)
+
+
+def _check_positions_range(positions, cache_rows):
+    if positions.size and (positions.min() < 0 or positions.max() >= cache_rows):
+        bad = positions.min() if positions.min() < 0 else positions.max()
+        raise ValueError(f"{_PREFIX}: position {int(bad)} is outside the cos/sin cache [0, {cache_rows}); build the "
+                         f"layer with cache_positions above the largest position it will see")
+
+
+def _numpy_gather_rotate(call, t, cos, sin, positions):
+    """The numpy statement of the gathered rotation (float32 out): the kernel's rows, cos/sin picked by
+    position."""
+    rows = np.asarray(positions).reshape(positions.shape[0], -1)
+    table_cos = np.asarray(cos, np.float32)[0, :, 0][rows][:, :, None, :]  # [1|B, S, 1, L]
+    table_sin = np.asarray(sin, np.float32)[0, :, 0][rows][:, :, None, :]
+    out = np.asarray(t).astype(np.float32)
+    if call.end > call.start and out.size:
+        with numpy_kernel.default_fp_environment():
+            out[..., call.start:call.end] = numpy_kernel.rotate_slice(out[..., call.start:call.end], table_cos,
+                                                                      table_sin, call.rotary_mode, call.conjugate)
+    return out
+
+
+class _GatherRotary(nn.Cell):
+    """The gathered rotation with its bprop: the transposed call with the same positions (which refers back
+    to this one, so gradients of any order build nothing more). The cache and positions get no gradient.
+    Two subclasses spell out the inputs (MindSpore reads a bprop's parameters): q alone, q and k."""
+
+    def __init__(self, call, backend, device_target, transpose_of=None):
+        super().__init__()
+        self.call, self.device_target = call, device_target
+        self.kernel = (_GatherKernelQK if call.heads == 2 else _GatherKernelQ)(call, backend, device_target)
+        self.no_grads = _NoGrads(device_target)
+        transpose = transpose_of or type(self)(call.transpose(), backend, device_target, transpose_of=self)
+        object.__setattr__(self, "transpose", transpose)
+
+    def __call__(self, *inputs):
+        route = routes.current()
+        if route is Route.TRACED:
+            return super().__call__(*inputs)
+        if not routes.on_host(self.device_target):
+            raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
+        if route is Route.RECORDING:
+            return super().__call__(*inputs)  # records the bprop; construct runs the kernel now
+        return self.construct(*inputs)
+
+
+class _NoGrads(nn.Cell):
+    """The gradients of the cache and the positions: none eagerly (the cache is no parameter to train), zeros
+    in a graph (which drops them)."""
+
+    def __init__(self, device_target):
+        super().__init__()
+        self.device_target = device_target
+
+    def __call__(self, cos, sin, positions):
+        if routes.runs_now_on_host(self.device_target):
+            return None, None, None
+        return super().__call__(cos, sin, positions)
+
+    def construct(self, cos, sin, positions):  # ops.zeros: graph second-order autodiff fails on zeros_like here
+        return (ops.zeros(cos.shape, cos.dtype), ops.zeros(sin.shape, sin.dtype),
+                ops.zeros(positions.shape, positions.dtype))
+
+
+class _GatherRotaryQ(_GatherRotary):
+    def construct(self, q, cos, sin, positions):
+        return self.kernel(q, cos, sin, positions)[0]
+
+    def bprop(self, q, cos, sin, positions, out, dout):
+        return (self.transpose(dout, cos, sin, positions), *self.no_grads(cos, sin, positions))
+
+
+class _GatherRotaryQK(_GatherRotary):
+    def construct(self, q, k, cos, sin, positions):
+        return self.kernel(q, k, cos, sin, positions)
+
+    def bprop(self, q, k, cos, sin, positions, out, dout):
+        return (*self.transpose(dout[0], dout[1], cos, sin, positions), *self.no_grads(cos, sin, positions))
+
+
+def _positions_argument(positions):
+    """An integer tensor, or anything numpy makes an integer array of (kept as int64 numpy: an eager call
+    reads it on the host), of rank 1 or 2."""
+    if not isinstance(positions, ms.Tensor):
+        array = np.asarray(positions)
+        if array.dtype.kind not in "iu":
+            raise TypeError(f"{_PREFIX}: positions must hold integers, got dtype {array.dtype}")
+        positions = array.astype(np.int64)
+    elif positions.dtype not in (ms.int64, ms.int32, ms.int16, ms.int8, ms.uint8):
+        raise TypeError(f"{_PREFIX}: positions must be an integer tensor, got dtype {positions.dtype}")
+    if positions.ndim not in (1, 2):
+        raise ValueError(f"{_PREFIX}: positions of shape {tuple(positions.shape)} must be [S] or [B, S]")
+    return positions
+
+
+class RotaryEmbedding(nn.Cell):
+    """RotaryEmbedding(head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
+    max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None)
+
+    `rope(q, k, positions)` -> (q_rot, k_rot); `rope(q, None, positions)` -> q_rot. q [B, S, Nq, D] and k
+    [B, S, Nk, D] (their own head counts: GQA, MQA) of one float dtype, D = head_dim; positions integer [S] or
+    [B, S], each in [0, cache_positions). The cache holds cos/sin for positions [0, cache_positions) (default
+    max_position_embeddings), computed in float64 and stored in cache_dtype: fp32 by default; a bf16 cache
+    rounds cos/sin to 8 bits, whose angle error grows with the position. Use `from_config` for a model.
+    """
+
+    def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
+                 max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None):
+        super().__init__()
+        mode = normalize_mode(rotary_mode)
+        if mode == 2:
+            raise ValueError(f"{_PREFIX}: rotary_mode 2 (quarter, ChatGLM-6B) rotates by two positions per token; "
+                             f"build its tables with rope_cos_sin([S, 2] positions) and use PartialRotaryMul")
+        start, end = (int(v) for v in partial_slice)
+        if not (isinstance(head_dim, numbers.Integral) and 0 <= start < end <= head_dim):
+            raise ValueError(f"{_PREFIX}: partial_slice={list(partial_slice)} must be a non-empty part of "
+                             f"[0, head_dim={head_dim}]")
+        rope_type = (rope_scaling or {}).get("rope_type", (rope_scaling or {}).get("type", "default"))
+        if rope_type in _LENGTH_DEPENDENT:
+            raise ValueError(f"{_PREFIX}: rope_type {rope_type!r} changes its frequencies with the sequence length, "
+                             f"which one cache cannot hold; build tables per call with rope_cos_sin(seq_len=...)")
+        positions = cache_positions if cache_positions is not None else max_position_embeddings
+        if isinstance(positions, bool) or not isinstance(positions, numbers.Integral) or positions < 1:
+            raise ValueError(f"{_PREFIX}: cache_positions={positions!r} (default max_position_embeddings) must be a "
+                             f"positive integer: the cache covers positions [0, cache_positions)")
+        if cache_dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{_PREFIX}: cache_dtype={cache_dtype} must be float32, float16 or bfloat16")
+        self.head_dim, self.partial_slice, self.rotary_mode = int(head_dim), (start, end), mode
+        cos, sin = rope_cos_sin(np.arange(positions), end - start, mode, rope_theta=rope_theta,
+                                rope_scaling=rope_scaling, max_position_embeddings=max_position_embeddings,
+                                dtype=cache_dtype, head_dim=int(head_dim))
+        self.cos_cache = ms.Parameter(cos.reshape(1, positions, 1, end - start), name="cos_cache", requires_grad=False)
+        self.sin_cache = ms.Parameter(sin.reshape(1, positions, 1, end - start), name="sin_cache", requires_grad=False)
+        device_target = routes.device_target()
+        backend = choose_backend(backend, device_target)
+        if backend == "ascend":
+            raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
+        self.rotate_q = _GatherRotaryQ(_GatherCall(mode, start, end, False, 1), backend, device_target)
+        self.rotate_qk = _GatherRotaryQK(_GatherCall(mode, start, end, False, 2), backend, device_target)
+
+    @classmethod
+    def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None):
+        """From a Hugging Face config (dict or object): RopeConfig.from_config's facts, a cache of
+        cache_positions (default max_position_embeddings) positions."""
+        rope = RopeConfig.from_config(config, rotary_mode)
+        return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
+                   rope.max_position_embeddings, cache_positions, cache_dtype, backend)
+
+    def __call__(self, q, k=None, positions=None):
+        if positions is None:
+            raise TypeError(f"{_PREFIX} takes (q, k, positions): positions are required")
+        for name, value in (("q", q), ("k", k)):
+            if value is None and name == "k":
+                continue
+            if not isinstance(value, ms.Tensor):
+                raise TypeError(f"{_PREFIX}: {name} must be a mindspore.Tensor, got {type(value).__name__}")
+            if value.ndim != 4 or value.shape[-1] != self.head_dim:
+                raise ValueError(f"{_PREFIX}: {name} of shape {tuple(value.shape)} must be [B, S, N, "
+                                 f"head_dim={self.head_dim}]")
+        if k is not None and k.dtype != q.dtype:
+            raise TypeError(f"{_PREFIX}: q and k must share a dtype, got {q.dtype} and {k.dtype}")
+        positions = _positions_argument(positions)
+        if routes.current() is Route.EAGER and routes.on_host(self.rotate_q.device_target):
+            # nothing records: the kernel runs now, past the Cell machinery
+            outs = (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
+                (q,) if k is None else (q, k), self.cos_cache, self.sin_cache, positions)
+            return outs[0] if k is None else outs
+        return super().__call__(q, k, positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
+
+    def construct(self, q, k, positions):
+        if positions.ndim == 1:
+            positions = positions.reshape(1, -1)
+        positions = positions.astype(ms.int64)
+        if k is None:
+            return self.rotate_q(q, self.cos_cache, self.sin_cache, positions)
+        return self.rotate_qk(q, k, self.cos_cache, self.sin_cache, positions)
+
+    def extend_repr(self):
+        return (f"head_dim={self.head_dim}, partial_slice={list(self.partial_slice)}, "
+                f"rotary_mode={self.rotary_mode}, cache_positions={self.cos_cache.shape[1]}")
