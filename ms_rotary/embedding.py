@@ -309,6 +309,10 @@ class RotaryEmbedding(nn.Cell):
         """From a Hugging Face config (dict or object): RopeConfig.from_config's facts, a cache of
         cache_positions (default max_position_embeddings) positions."""
         rope = RopeConfig.from_config(config, rotary_mode)
+        if rope.mrope_section is not None:
+            raise ValueError(f"{_PREFIX}: model_type={rope.model_type!r} uses M-RoPE (positions [3, S]), which the "
+                             f"layer does not gather yet; build tables with RopeConfig.from_config(config).cos_sin("
+                             f"positions) and rotate with PartialRotaryMul")
         return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
                    rope.max_position_embeddings, cache_positions, cache_dtype, backend)
 

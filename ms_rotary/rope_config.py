@@ -24,12 +24,16 @@ _PREFIX = "ms_rotary.RopeConfig"
 # model_type: rotary mode of its attention (transformers' apply function for that family).
 FAMILY_MODES = {
     **dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-                     "gemma3_text", "gpt_neox", "phi", "phi3", "starcoder2", "stablelm", "olmo", "olmo2"), "half"),
+                     "gemma3_text", "gpt_neox", "phi", "phi3", "starcoder2", "stablelm", "olmo", "olmo2", "qwen2_vl",
+                     "qwen2_5_vl", "qwen3_vl"), "half"),
     **dict.fromkeys(("glm", "glm4", "chatglm", "gptj"), "interleave"),  # pairs (rotate_every_two)
     "deepseek_v2": "interleave",  # complex pairs on the tail [nope | rope] of each head
     "deepseek_v3": "interleave-half",  # rope_interleave (default): pairs in, halves out; else "half"
 }
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+# M-RoPE families: (section transformers 5.18 uses when the config gives none, interleaved sections?)
+MROPE_FAMILIES = {"qwen2_vl": ((16, 24, 24), False), "qwen2_5_vl": ((16, 24, 24), False),
+                  "qwen3_vl": ((24, 20, 20), True)}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 
@@ -44,6 +48,8 @@ class RopeConfig:
     rope_theta: float
     rope_scaling: Optional[dict]        # for rope_cos_sin (rope_type and its keys), None for plain RoPE
     max_position_embeddings: Optional[int]
+    mrope_section: Optional[Tuple[int, int, int]] = None  # M-RoPE: positions are [3, S] (time, height, width)
+    mrope_interleaved: bool = False
 
     @property
     def rotary_dim(self):
@@ -53,7 +59,8 @@ class RopeConfig:
         """cos, sin for `positions` (rope_cos_sin's forms), in this config's lane layout and scaling."""
         return rope_cos_sin(positions, self.rotary_dim, self.rotary_mode, rope_theta=self.rope_theta,
                             rope_scaling=self.rope_scaling, max_position_embeddings=self.max_position_embeddings,
-                            seq_len=seq_len, dtype=dtype)
+                            seq_len=seq_len, dtype=dtype, mrope_section=self.mrope_section,
+                            mrope_interleaved=self.mrope_interleaved)
 
     @classmethod
     def from_config(cls, config, rotary_mode=None):
@@ -62,12 +69,14 @@ class RopeConfig:
         fields = _as_dict(config)
         model_type = fields.get("model_type")
         parameters = _rope_parameters(fields)
-        if any(key in parameters or key in fields for key in _MROPE_KEYS):
-            raise ValueError(f"{_PREFIX}: model_type={model_type!r} uses M-RoPE ({', '.join(_MROPE_KEYS)}), whose "
-                             f"positions are [3, S]; ms_rotary does not build those tables yet")
+        section, interleaved = _mrope(fields, model_type, parameters)
         mode = _mode(fields, model_type, rotary_mode)
         head_dim, partial_slice = _geometry(fields, model_type, parameters)
-        scaling = {key: value for key, value in parameters.items() if key != "partial_rotary_factor"}
+        scaling = {key: value for key, value in parameters.items()
+                   if key not in ("partial_rotary_factor",) + _MROPE_KEYS}
+        if scaling.get("type") == "mrope" or scaling.get("rope_type") == "mrope":  # transformers 4's marker
+            scaling.pop("type", None)
+            scaling["rope_type"] = "default"
         theta = scaling.pop("rope_theta", None)
         theta = _theta(fields) if theta is None else theta
         if scaling.get("rope_type", scaling.get("type", "default")) == "default" and len(scaling) <= 1:
@@ -76,7 +85,7 @@ class RopeConfig:
         if max_positions is not None:
             max_positions = int(check_value("max_position_embeddings", max_positions, COUNT))
         return cls(model_type, head_dim, partial_slice, mode, check_value("rope_theta", theta, POSITIVE), scaling,
-                   max_positions)
+                   max_positions, section, interleaved)
 
 
 def _as_dict(config):
@@ -104,6 +113,18 @@ def _rope_parameters(fields):
                 raise TypeError(f"{_PREFIX}: {key} must be a dict, got {type(value).__name__}")
             return dict(value)
     return {}
+
+
+def _mrope(fields, model_type, parameters):
+    """(mrope_section or None, interleaved) from the config, else the family's transformers default."""
+    section = _first(parameters, "mrope_section") or _first(fields, "mrope_section")
+    default_section, default_interleaved = MROPE_FAMILIES.get(model_type, (None, False))
+    section = section if section is not None else default_section
+    if section is None:
+        return None, False
+    interleaved = _first(parameters, "mrope_interleaved")
+    interleaved = _first(fields, "mrope_interleaved") if interleaved is None else interleaved
+    return tuple(int(n) for n in section), bool(default_interleaved if interleaved is None else interleaved)
 
 
 def _mode(fields, model_type, rotary_mode):

@@ -38,7 +38,8 @@ _REQUIRED = object()
 
 
 def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.0, rope_scaling=None,
-                 max_position_embeddings=None, seq_len=None, dtype=ms.float32, head_dim=None):
+                 max_position_embeddings=None, seq_len=None, dtype=ms.float32, head_dim=None, mrope_section=None,
+                 mrope_interleaved=False):
     """cos, sin for `rotary_dim` rotated lanes at the given positions, in the lane layout `rotary_mode` expects.
 
     positions: integer Tensor or array, [S] or [B, S], or one integer (S = 1); for quarter mode (ChatGLM-6B 2D)
@@ -49,6 +50,10 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
         in a row; 2 quarter -> cat(f1, f1, f2, f2), f1 from token positions, f2 from block positions.
     head_dim: needed only when rope_scaling holds a partial_rotary_factor f other than 1 (transformers 5 keeps it
         there): then rotary_dim must be int(head_dim * f), as transformers computes it.
+    mrope_section: M-RoPE (Qwen2-VL, Qwen3-VL): three counts of frequencies (summing to rotary_dim / 2) turned
+        by the temporal, height and width positions; positions are then [3, S] or [3, B, S]. In consecutive
+        sections (Qwen2-VL), or with mrope_interleaved (Qwen3-VL) frequency i takes height if i % 3 == 1 and
+        i < 3 * section[1], width if i % 3 == 2 and i < 3 * section[2], else time.
     rope_theta, rope_scaling, max_position_embeddings: as in a Hugging Face config (`rope_scaling` or transformers
         5's `rope_parameters`, whose rope_theta wins when present); rope_type default, linear, dynamic, yarn,
         llama3 or longrope, with transformers 5's keys and defaults. The attention factor (yarn, longrope) scales
@@ -70,7 +75,14 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{_PREFIX}: dtype={dtype} must be one of {[str(t) for t in FLOAT_DTYPES]}")
     _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
-    positions = _positions(positions, quarter)
+    channels = None
+    if mrope_section is not None:
+        if quarter:
+            raise ValueError(f"{_PREFIX}: mrope_section does not combine with quarter mode")
+        channels = _mrope_channels(mrope_section, bool(mrope_interleaved), rotary_dim // 2)
+        positions = _mrope_positions(positions)
+    else:
+        positions = _positions(positions, quarter)
     if seq_len is None:
         seq_len = int(positions.max()) + 1 if positions.size else 0
     elif isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 0:
@@ -80,6 +92,8 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
                                                      max_position_embeddings, seq_len)
     if quarter:  # pairs [0, d/4) turn with the token position, [d/4, d/2) with the block position
         angles = np.concatenate([positions[..., 0, None] * inv_freq, positions[..., 1, None] * inv_freq], -1)
+    elif channels is not None:  # frequency i turns with position channel channels[i]
+        angles = np.take_along_axis(positions[..., None] * inv_freq, channels.reshape(1, 1, 1, -1), 0)[0]
     else:
         angles = positions[..., None] * inv_freq
     _, _, ya, yb = lane_pairs(mode, rotary_dim)
@@ -88,6 +102,39 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
     lanes[..., yb] = angles
     lanes = lanes[:, :, None, :]
     return tuple(_to_tensor(fn(lanes) * attention_factor, dtype) for fn in (np.cos, np.sin))
+
+
+def _mrope_channels(section, interleaved, frequencies):
+    """The position channel (0 time, 1 height, 2 width) of each of the `frequencies` frequencies."""
+    if not isinstance(section, (list, tuple)) or len(section) != 3 or \
+            any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
+        raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
+    if sum(section) != frequencies:
+        raise ValueError(f"{_PREFIX}: mrope_section={list(section)} sums to {sum(section)}; rotary_dim / 2 = "
+                         f"{frequencies} frequencies need it to sum to that")
+    index = np.arange(frequencies)
+    if interleaved:
+        channels = np.zeros(frequencies, np.int64)
+        channels[(index % 3 == 1) & (index < 3 * section[1])] = 1
+        channels[(index % 3 == 2) & (index < 3 * section[2])] = 2
+        return channels
+    return np.repeat(np.arange(3), section)
+
+
+def _mrope_positions(positions):
+    """[3, S] or [3, B, S] integers -> float64 [3, B|1, S]."""
+    if isinstance(positions, ms.Tensor):
+        positions = positions.asnumpy()
+    positions = np.asarray(positions)
+    if positions.dtype.kind not in "iu":
+        raise TypeError(f"{_PREFIX}: positions must hold integers, got dtype {positions.dtype}")
+    if positions.ndim not in (2, 3) or positions.shape[0] != 3:
+        raise ValueError(f"{_PREFIX}: M-RoPE positions of shape {positions.shape} do not fit; they are [3, S] or "
+                         f"[3, B, S] (temporal, height, width)")
+    if positions.size and positions.min() < 0:
+        raise ValueError(f"{_PREFIX}: positions must be >= 0, got a minimum of {positions.min()}")
+    positions = positions.astype(np.float64)
+    return positions[:, None] if positions.ndim == 2 else positions
 
 
 def _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim):

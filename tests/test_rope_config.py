@@ -109,8 +109,6 @@ def test_the_layout_and_slice_of_each_known_family():
 @pytest.mark.parametrize("config, kwargs, error, match", [
     ({"model_type": "my_llm", "hidden_size": 64, "num_attention_heads": 2}, {}, ValueError,
      r"model_type='my_llm' has no known rotary layout; pass rotary_mode="),
-    ({"model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 2,
-      "rope_scaling": {"type": "mrope", "mrope_section": [8, 4, 4]}}, {}, ValueError, "uses M-RoPE"),
     ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "partial_rotary_factor": 1.5}, {},
      ValueError, r"partial_rotary_factor=1.5 must be a number in \(0, 1\]"),
     ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "rope_theta": "1e4"}, {}, ValueError,
@@ -128,3 +126,53 @@ def test_an_unknown_family_with_an_explicit_mode():
     rope = RopeConfig.from_config({"model_type": "my_llm", "hidden_size": 64, "num_attention_heads": 2},
                                   rotary_mode="interleave")
     assert (rope.head_dim, rope.partial_slice, rope.rotary_mode) == (32, (0, 32), 1)
+
+
+MROPE = {  # text config class, module, rotary class, its kwargs (head_dim 32: 16 frequencies)
+    "Qwen2-VL (sections)": ("Qwen2VLTextConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding", [4, 6, 6]),
+    "Qwen3-VL (interleaved sections)": ("Qwen3VLTextConfig", "qwen3_vl", "Qwen3VLTextRotaryEmbedding", [6, 5, 5]),
+}
+
+
+@pytest.mark.parametrize("family", MROPE)
+def test_mrope_tables_rotate_as_transformers_does(family):
+    """Time, height and width positions that differ, [3, B, S]: the family's section layout decides which
+    position turns each frequency."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    config_name, module_name, rotary_name, section = MROPE[family]
+    config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
+                                                head_dim=32, rope_parameters={"rope_type": "default",
+                                                                              "rope_theta": 10000.0,
+                                                                              "mrope_section": section})
+    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    rope = RopeConfig.from_config(config.to_dict() | {"model_type": module_name})
+    assert rope.mrope_section == tuple(section) and rope.mrope_interleaved == (module_name == "qwen3_vl")
+    rng = np.random.default_rng(7)
+    positions = rng.integers(0, 3000, (3, 1, 9))
+    cos_hf, sin_hf = getattr(module, rotary_name)(config)(torch.zeros(1), torch.tensor(positions))
+    q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
+    expected, _ = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(q).transpose(1, 2),
+                                              cos_hf, sin_hf)
+    cos, sin = rope.cos_sin(positions)
+    got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
+    np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+
+
+def test_mrope_configs_in_both_forms_and_the_family_defaults():
+    old = {"model_type": "qwen2_vl", "hidden_size": 128, "num_attention_heads": 2, "rope_theta": 1e6,
+           "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}}
+    new = {"model_type": "qwen2_vl", "hidden_size": 128, "num_attention_heads": 2,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [8, 12, 12]}}
+    assert RopeConfig.from_config(old) == RopeConfig.from_config(new)
+    assert RopeConfig.from_config(new).rope_scaling is None
+    bare = {"model_type": "qwen3_vl", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128}
+    assert (RopeConfig.from_config(bare).mrope_section, RopeConfig.from_config(bare).mrope_interleaved) == \
+        ((24, 20, 20), True)
+    with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 11\] sums to 31; rotary_dim / 2 = 32"):
+        RopeConfig.from_config({**new, "rope_parameters": {"mrope_section": [8, 12, 11]}}).cos_sin(
+            np.zeros((3, 4), np.int64))
+    with pytest.raises(ValueError, match=r"M-RoPE positions of shape \(4,\) do not fit"):
+        RopeConfig.from_config(new).cos_sin(np.arange(4))
+    with pytest.raises(ValueError, match="uses M-RoPE .* which the layer does not gather yet"):
+        ms_rotary.RotaryEmbedding.from_config(new, cache_positions=16)
