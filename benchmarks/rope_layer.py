@@ -9,32 +9,16 @@
   PartialRotaryMul calls, and the same rotary written with plain MindSpore ops on a gathered table.
 Each call is timed in a loop of 100 (decode) or 10 (prefill) with one sync at the end, medians of 5 rounds.
 Rows go to benchmarks/runs.csv (case "rope layer ...")."""
-import statistics
-import time
 
 import mindspore as ms
 import numpy as np
-from mindspore.graph.api import _pynative_executor
 
 import ms_rotary
+from benchmarks.call_overhead import median_seconds  # 5 rounds, one sync per loop, median
 from benchmarks.runs_csv import append_rows
 from examples.rope_common import plain_rotary
 
-ROUNDS = 5
 CACHE, D = 8192, 128
-
-
-def per_call(fn, calls):
-    samples = []
-    for _ in range(ROUNDS):
-        fn()
-        _pynative_executor.sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        _pynative_executor.sync()
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
 
 
 def case(name, seq, calls, rows, position):
@@ -65,7 +49,7 @@ def case(name, seq, calls, rows, position):
         "sliced prebuilt table + two PartialRotaryMul": sliced_table,
         "plain MindSpore ops on a sliced table": plain_ops,
     }
-    times = {label: per_call(fn, calls) for label, fn in implementations.items()}
+    times = {label: median_seconds(fn, calls) for label, fn in implementations.items()}
     ours = times["RotaryEmbedding (q and k in one call)"]
     for label, seconds in times.items():
         print(f"{name}, {label}: {seconds * 1e6:.1f} us per call, {seconds / ours:.2f}x the layer")

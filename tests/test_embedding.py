@@ -2,14 +2,13 @@
 reference on the gathered rows, against two PartialRotaryMul calls on gathered tables (bit for bit), in
 decode and packed-sequence use, with gradients, in every execution mode and on both backends; and against
 transformers' own layers when it is installed."""
-import importlib
 
 import mindspore as ms
 import numpy as np
 import pytest
 from conftest import BACKENDS, DTYPES, TOLERANCE, random_tensor, raw_bits, to_float64
 from reference import rotary_forward, rotary_grad
-from test_rope_config import FAMILIES, ROTATED_PART_ONLY
+from test_rope_config import FAMILIES, ROTATED_PART_ONLY, transformers_family
 
 import ms_rotary
 from ms_rotary import RotaryEmbedding
@@ -170,12 +169,8 @@ def test_layers_that_cannot_be_built_are_refused_by_name(kwargs, error, match):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_from_config_rotates_q_and_k_as_transformers_does(family):
-    transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    model_type, kwargs, module_name, apply_name, heads = FAMILIES[family]
-    config = transformers.CONFIG_MAPPING[model_type](**kwargs)
-    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    rotary_class = next(getattr(module, name) for name in dir(module) if name.endswith("RotaryEmbedding"))
+    model_type, config, module, rotary_class, apply_name, heads = transformers_family(family)
     positions = np.array([0, 1, 5, 17, 300, 4095])
     layer = RotaryEmbedding.from_config(config, cache_positions=4096)
     start, end = layer.partial_slice

@@ -49,16 +49,22 @@ FAMILIES = {
 }
 
 
+def transformers_family(family):
+    """(model_type, transformers config, modeling module, rotary class, apply function name, q heads) of a
+    FAMILIES entry; skips without transformers."""
+    transformers = pytest.importorskip("transformers")
+    model_type, kwargs, module_name, apply_name, heads = FAMILIES[family]
+    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    rotary_class = next(getattr(module, name) for name in dir(module) if name.endswith("RotaryEmbedding"))
+    return model_type, transformers.CONFIG_MAPPING[model_type](**kwargs), module, rotary_class, apply_name, heads
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_family_rotates_as_transformers_does(family):
     """Config -> RopeConfig -> rope_cos_sin -> PartialRotaryMul on q equals transformers' rotary embedding and
     apply function on the same q (Phi, DeepSeek: on the rotated part of each head, the rest untouched)."""
-    transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    model_type, kwargs, module_name, apply_name, heads = FAMILIES[family]
-    config = transformers.CONFIG_MAPPING[model_type](**kwargs)
-    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    rotary_class = next(getattr(module, name) for name in dir(module) if name.endswith("RotaryEmbedding"))
+    model_type, config, module, rotary_class, apply_name, heads = transformers_family(family)
     rope = RopeConfig.from_config(config)
     assert rope == RopeConfig.from_config(config.to_dict())  # an object and its config.json agree
     start, end = rope.partial_slice

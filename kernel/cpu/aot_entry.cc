@@ -126,23 +126,18 @@ int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const
 
 }  // namespace
 
-#define MS_ROTARY_AOT_POSITIONS_ENTRY(name, conjugate)                                                  \
+// MindSpore's AOT signature around one of the runners above (the names are library.AOT_ENTRIES and
+// library.AOT_POSITIONS_ENTRIES).
+#define MS_ROTARY_AOT_ENTRY(name, runner, conjugate)                                                  \
   extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
                       void * /*stream*/, void *extra) {                                           \
-    return run_positions(nparam, params, ndims, shapes, dtypes, extra, conjugate);                \
+    return runner(nparam, params, ndims, shapes, dtypes, extra, conjugate);                       \
   }
 
-MS_ROTARY_AOT_POSITIONS_ENTRY(RotaryPositionsOut, false)
-MS_ROTARY_AOT_POSITIONS_ENTRY(RotaryPositionsGradOut, true)
-
-#define MS_ROTARY_AOT_ENTRY(name, conjugate)                                                            \
-  extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
-                      void * /*stream*/, void *extra) {                                           \
-    return run(nparam, params, ndims, shapes, dtypes, extra, conjugate);                          \
-  }
-
-MS_ROTARY_AOT_ENTRY(RotaryMulOut, false)
-MS_ROTARY_AOT_ENTRY(RotaryMulGradOut, true)
+MS_ROTARY_AOT_ENTRY(RotaryMulOut, run, false)
+MS_ROTARY_AOT_ENTRY(RotaryMulGradOut, run, true)
+MS_ROTARY_AOT_ENTRY(RotaryPositionsOut, run_positions, false)
+MS_ROTARY_AOT_ENTRY(RotaryPositionsGradOut, run_positions, true)
 
 // Plain C entry for host tests and benchmarks that call the kernel without MindSpore.
 extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *sin, const int64_t *dy_shape,
