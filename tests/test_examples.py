@@ -31,3 +31,9 @@ def test_training_demo_loss_falls():
 def test_llama3_decode_example_matches_the_full_sequence():
     out = run_example(os.path.join(EXAMPLES, "llama3_decode.py"))
     assert any(line.startswith("[self-check]") and line.endswith("OK") for line in out.splitlines()), out
+
+
+def test_qwen2_vl_mrope_example_self_checks():
+    out = run_example(os.path.join(EXAMPLES, "qwen2_vl_mrope.py"))
+    lines = [line for line in out.splitlines() if line.startswith("[self-check]")]
+    assert len(lines) == 3 and all(line.endswith("OK") for line in lines), out
