@@ -34,7 +34,9 @@ import tarfile
 import tempfile
 
 from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES
-from ms_rotary.op_info.ascend import DTYPE_IDS
+from ms_rotary.kernels import AscendKernel
+
+DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -19,13 +19,12 @@ from mindspore.ops import CustomRegOp, DataType
 from . import library, numpy_kernel, routes
 from .backend import choose_backend
 from .constraints import FLOAT_DTYPES, check_dtypes, check_shapes, element_dtype, normalize_mode
-from .kernels import DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, _host_array, _host_float32
+from .kernels import DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, FLOAT_FORMATS, _host_array, _host_float32
 from .rope_config import RopeConfig
 from .routes import Route
 from .tables import rope_cos_sin
 
 _PREFIX = "ms_rotary.RotaryEmbedding"
-_FLOATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
 # Tables whose frequencies depend on the current sequence length: one cache cannot hold them.
 _LENGTH_DEPENDENT = ("dynamic", "longrope")
 
@@ -64,8 +63,8 @@ def _reg_info(entry, call, heads):
         info = info.output(index, f"{name}_out")
     info = (info.attr("rotary_mode", "required", "int", value=call.rotary_mode)
             .attr("partial_slice", "required", "listInt", value=[call.start, call.end]))
-    for dy_type in _FLOATS:
-        for cos_type in _FLOATS:
+    for dy_type in FLOAT_FORMATS:
+        for cos_type in FLOAT_FORMATS:
             info = info.dtype_format(*([dy_type] * heads), cos_type, cos_type, DataType.I64_Default,
                                      *([dy_type] * heads))
     return info.target("CPU").get_op_info()

@@ -19,11 +19,13 @@ more than its dispatch whenever other work is queued (a backward); a large one r
 is small beside the kernel (figures: benchmarks/NOTES.md, "Routes")."""
 import ctypes
 import functools
+import itertools
 
 import mindspore as ms
 import numpy as np
 from mindspore import mint, nn, ops
 from mindspore.graph.api import _pynative_executor
+from mindspore.ops import CustomRegOp, DataType
 from mindspore.ops import signature as sig
 from mindspore.ops.auto_generate import Clone
 
@@ -34,6 +36,9 @@ from .constraints import check_dtypes, check_shapes, element_dtype, is_empty_wor
 # small) the eager kernel, below it ops.Custom (module docstring).
 EAGER_OUT_OF_PLACE_MIN_SIZE = 1 << 22
 DTYPE_NAMES = {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}
+FLOAT_FORMATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
+# partial_slice=None reaches the kernels as [0, -1]: "up to cos.shape[-1]" (kSliceFromCosEnd, rotary_rules.h).
+SLICE_FROM_COS = [0, -1]
 _HOST_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": numpy_kernel.BF16_BITS}
 
 
@@ -66,6 +71,20 @@ def alias_after_write(dy, written):
     if dy.dtype == ms.bfloat16:
         return aliased
     return ops.reshape(aliased, dy.shape)
+
+
+def reg_info(op_name, rotary_mode, partial_slice, target, output_name):
+    """CustomRegOp info of one instance: inputs dy, cos, sin and one output, every (dy, cos/sin) float dtype
+    pair; attribute values are per instance, their names are shared by every target."""
+    slice_attr = list(partial_slice) if partial_slice is not None else SLICE_FROM_COS
+    info = (CustomRegOp(op_name)
+            .input(0, "dy").input(1, "cos").input(2, "sin")
+            .output(0, output_name)
+            .attr("rotary_mode", "required", "int", value=int(rotary_mode))
+            .attr("partial_slice", "required", "listInt", value=slice_attr))
+    for dy_type, cos_type in itertools.product(FLOAT_FORMATS, FLOAT_FORMATS):
+        info = info.dtype_format(dy_type, cos_type, cos_type, dy_type)
+    return info.target(target).get_op_info()
 
 
 def _infer_functions(call, bf16_as_float32=False):
@@ -137,12 +156,10 @@ class CpuKernel(RotaryKernel):
 
     def __init__(self, call, device_target):
         super().__init__(call, device_target)
-        from .op_info import cpu as cpu_op_info  # installed beside the compiled kernel
-
-        entry = cpu_op_info.ENTRIES[call.conjugate]
+        entry = library.AOT_ENTRIES[int(call.conjugate)]  # kernel/cpu/aot_entry.cc; the output is "dx"
         library.load()  # a clear error now for a library that cannot serve the call, on every route
         self.prim = self._custom(f"{library.LIB_PATH}:{entry}", "aot",
-                                 reg_info=cpu_op_info.reg_info(entry, call.rotary_mode, call.partial_slice))
+                                 reg_info=reg_info(entry, call.rotary_mode, call.partial_slice, "CPU", "dx"))
 
     def construct(self, dy, cos, sin):
         return self.prim(dy, cos, sin)
@@ -222,16 +239,20 @@ class NumpyKernel(RotaryKernel):
 
 
 class AscendKernel(RotaryKernel):
-    """kernel/ascend (built by kernel/ascend/build.sh): the kernel writes its first input, here a clone."""
+    """kernel/ascend (built by kernel/ascend/build.sh): the kernel writes its first input, here a clone. Input,
+    output and attribute names match the OpDef in kernel/ascend/op_host/ms_rotary_partial_rotary_mul.cpp, whose
+    output "dy" shares the input's name."""
+
+    OP_TYPES = {False: "MsRotaryPartialRotaryMul", True: "MsRotaryPartialRotaryMulGrad"}  # by `conjugate`
+    # The kernel's dtype ids (kernel/common/rotary_rules.h, DType): the tiling key's and the host runner's.
+    DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
 
     def __init__(self, call, device_target):
         super().__init__(call, device_target)
-        from .op_info import ascend as ascend_op_info
-
-        op_type = ascend_op_info.OP_TYPES[call.conjugate]
+        op_type = self.OP_TYPES[call.conjugate]
         infer_shape, infer_dtype = _infer_functions(call)
         self.prim = _WritesFirstInput(op_type, infer_shape, infer_dtype, func_type="aot",
-                                      reg_info=ascend_op_info.reg_info(op_type, call.rotary_mode, call.partial_slice))
+                                      reg_info=reg_info(op_type, call.rotary_mode, call.partial_slice, "Ascend", "dy"))
         self.clone = Clone()
 
     def construct(self, dy, cos, sin):

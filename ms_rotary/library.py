@@ -7,7 +7,7 @@ import os
 LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
 _SHAPE = ctypes.c_int64 * 4
 # Every entry the package calls: the two plain C entries (eager calls) and the AOT entries ops.Custom loads
-# (kernel/cpu/aot_entry.cc, named in op_info/cpu.py). A stale or foreign library lacks one.
+# (kernel/cpu/aot_entry.cc; by direction, backward second). A stale or foreign library lacks one.
 C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions")
 AOT_ENTRIES = ("RotaryMulOut", "RotaryMulGradOut")
 AOT_POSITIONS_ENTRIES = ("RotaryPositionsOut", "RotaryPositionsGradOut")

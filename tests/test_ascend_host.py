@@ -12,7 +12,9 @@ import pytest
 from conftest import BROADCASTS, TOLERANCE, cos_shape
 from reference import rotary_forward, rotary_grad
 
-from ms_rotary.op_info.ascend import DTYPE_IDS
+from ms_rotary.kernels import AscendKernel
+
+DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
 
 UB_BYTES = 192 * 1024
 

@@ -13,8 +13,8 @@ from reference import rotary_grad
 import ms_rotary
 from ms_rotary import backend as backend_module
 from ms_rotary import library
+from ms_rotary.kernels import AscendKernel, reg_info
 from ms_rotary.modes import MODE_LAYOUTS
-from ms_rotary.op_info import ascend as ascend_op_info
 
 OP_DEF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend", "op_host",
                       "ms_rotary_partial_rotary_mul.cpp")
@@ -60,9 +60,9 @@ def test_ascend_registration_matches_the_op_definition():
     inputs = re.findall(r'Input\("(\w+)"\)', source)
     outputs = re.findall(r'Output\("(\w+)"\)', source)
     attrs = re.findall(r'Attr\("(\w+)"\)', source)
-    for conjugate, op_name in ascend_op_info.OP_TYPES.items():
+    for conjugate, op_name in AscendKernel.OP_TYPES.items():
         assert f"OP_ADD({op_name})" in source
-        info = ascend_op_info.reg_info(op_name, 3, [128, 192])
+        info = reg_info(op_name, 3, [128, 192], "Ascend", "dy")
         info = json.loads(info) if isinstance(info, str) else info
         assert [i["name"] for i in info["inputs"]] == inputs
         assert [o["name"] for o in info["outputs"]] == outputs
@@ -75,7 +75,7 @@ def test_ascend_op_types_are_ms_rotarys_own():
     """A custom OPP registering CANN's built-in op types (InplacePartialRotaryMul/Grad, with other attribute
     defaults) would shadow them for every user of the process."""
     source = open(OP_DEF).read()
-    for op_type in ascend_op_info.OP_TYPES.values():
+    for op_type in AscendKernel.OP_TYPES.values():
         assert op_type.startswith("MsRotary")
     assert "OP_ADD(InplacePartialRotaryMul" not in source
 
@@ -86,7 +86,7 @@ RULES_HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 def test_python_and_the_kernels_read_one_mode_table_and_one_set_of_dtype_ids():
     """The facts the C++ and Ascend kernels take from kernel/common/rotary_rules.h, stated for Python in
-    ms_rotary.modes and ms_rotary.op_info.ascend: a change to one side alone fails here."""
+    ms_rotary.modes and ms_rotary.kernels.AscendKernel: a change to one side alone fails here."""
     with open(RULES_HEADER) as header:
         text = header.read()
     layout_ids = {name: int(value) for name, value in re.findall(r"k(Halves|Pairs|Quarters) = (\d)", text)}
@@ -95,4 +95,4 @@ def test_python_and_the_kernels_read_one_mode_table_and_one_set_of_dtype_ids():
     assert {int(mode): (x.lower(), y.lower()) for x, y, mode in rows} == MODE_LAYOUTS
     assert set(layout_ids) == {"Halves", "Pairs", "Quarters"}
     dtypes = dict(re.findall(r"k(Float32|Float16|BFloat16) = (\d)", text))
-    assert {name.lower(): int(value) for name, value in dtypes.items()} == ascend_op_info.DTYPE_IDS
+    assert {name.lower(): int(value) for name, value in dtypes.items()} == AscendKernel.DTYPE_IDS

@@ -44,8 +44,8 @@ constexpr ModeLayouts kModeLayouts[4] = {
     {kPairs, kHalves},       // 3 interleave-half
 };
 
-// dtypes by id: the CPU kernel's, the Ascend tiling key's and the host runner's (ms_rotary/op_info/ascend.py:
-// DTYPE_IDS; tests/test_backend.py holds the two equal).
+// dtypes by id: the CPU kernel's, the Ascend tiling key's and the host runner's (for Python:
+// ms_rotary/kernels.py, AscendKernel.DTYPE_IDS; tests/test_backend.py holds the two equal).
 enum DType : int { kBadDType = -1, kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 constexpr int64_t dtype_bytes(int64_t dtype) { return dtype == kFloat32 ? 4 : 2; }
 
