@@ -14,13 +14,13 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint, nn, ops
 from mindspore.graph.api import _pynative_executor
-from mindspore.ops import CustomRegOp, DataType
 
 from . import library, numpy_kernel, routes
 from .backend import choose_backend
 from .constraints import FLOAT_DTYPES, check_dtypes, check_shapes, element_dtype, normalize_mode
-from .kernels import DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, FLOAT_FORMATS, _host_array, _host_float32
+from .kernels import _HOST_DTYPES, DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, _host_array, _host_float32, reg_info
 from .rope_config import RopeConfig
+from .rope_scaling import rope_type_of
 from .routes import Route
 from .tables import rope_cos_sin
 
@@ -54,22 +54,6 @@ def _check(call, q_shape, k_shape, cache_shape, positions_shape):
                          f"they must be [S] or [B, S] = [{q_shape[0]}, {q_shape[1]}]")
 
 
-def _reg_info(entry, call, heads):
-    info = CustomRegOp(entry).input(0, "q")
-    names = ["q", "k"][:heads]
-    for index, name in enumerate(names[1:] + ["cos", "sin", "positions"], start=1):
-        info = info.input(index, name)
-    for index, name in enumerate(names):
-        info = info.output(index, f"{name}_out")
-    info = (info.attr("rotary_mode", "required", "int", value=call.rotary_mode)
-            .attr("partial_slice", "required", "listInt", value=[call.start, call.end]))
-    for dy_type in FLOAT_FORMATS:
-        for cos_type in FLOAT_FORMATS:
-            info = info.dtype_format(*([dy_type] * heads), cos_type, cos_type, DataType.I64_Default,
-                                     *([dy_type] * heads))
-    return info.target("CPU").get_op_info()
-
-
 class _GatherKernel(nn.Cell):
     """One direction of the gathered rotation on one target: traced through ops.Custom, eagerly on the
     tensors' memory (CPU)."""
@@ -93,7 +77,8 @@ class _GatherKernel(nn.Cell):
             entry = library.AOT_POSITIONS_ENTRIES[call.conjugate]
             library.load()
             self.prim = ops.Custom(f"{library.LIB_PATH}:{entry}", infer_shape, infer_dtype, func_type="aot",
-                                   reg_info=_reg_info(entry, call, 1))
+                                   reg_info=reg_info(entry, call.rotary_mode, (call.start, call.end), "CPU", "dx",
+                                                     positions=True))
         else:
             def compute(t, cos, sin, positions):
                 return _numpy_gather_rotate(call, t, cos, sin, positions)
@@ -106,7 +91,6 @@ class _GatherKernel(nn.Cell):
             heads = self.call.heads
             return self.run_now(inputs[:heads], *inputs[heads:])
         return super().__call__(*inputs)
-
 
     def run_now(self, tensors, cos, sin, positions):
         """Eagerly, on host memory: new tensors with the slices rotated. No op of its own joins MindSpore's queue
@@ -121,7 +105,7 @@ class _GatherKernel(nn.Cell):
         # Small results in fresh numpy buffers (no queue round trip); large ones from MindSpore's memory pool,
         # whose pages are already mapped (fresh pages would cost more than the wait for the allocation).
         pooled = sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE
-        outs = [mint.empty_like(t) if pooled else np.empty(tuple(t.shape), _HOST_STORAGE[dy_dtype]) for t in tensors]
+        outs = [mint.empty_like(t) if pooled else np.empty(tuple(t.shape), _HOST_DTYPES[dy_dtype]) for t in tensors]
         _pynative_executor.sync()  # the ops that produce q and k (and the pooled results) have run
         out_ptrs = [out.data_ptr() if pooled else out.ctypes.data for out in outs]
         if self.backend == "aot":
@@ -149,9 +133,6 @@ class _GatherKernelQK(_GatherKernel):
         return self.prim(q, cos, sin, positions).astype(q.dtype), self.prim(k, cos, sin, positions).astype(k.dtype)
 
 
-_HOST_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bf16 as its bits
-
-
 def _tensor_sharing(array, dtype_name):
     """A tensor over the numpy buffer (no copy); bf16 reinterprets its uint16 bits."""
     tensor = ms.Tensor.from_numpy(array)
@@ -177,12 +158,8 @@ def _numpy_gather_rotate(call, t, cos, sin, positions):
     rows = np.asarray(positions).reshape(positions.shape[0], -1)
     table_cos = np.asarray(cos, np.float32)[0, :, 0][rows][:, :, None, :]  # [1|B, S, 1, L]
     table_sin = np.asarray(sin, np.float32)[0, :, 0][rows][:, :, None, :]
-    out = np.asarray(t).astype(np.float32)
-    if call.end > call.start and out.size:
-        with numpy_kernel.default_fp_environment():
-            out[..., call.start:call.end] = numpy_kernel.rotate_slice(out[..., call.start:call.end], table_cos,
-                                                                      table_sin, call.rotary_mode, call.conjugate)
-    return out
+    with numpy_kernel.default_fp_environment():
+        return numpy_kernel.rotate(t, table_cos, table_sin, call.rotary_mode, call.start, call.end, call.conjugate)
 
 
 class _GatherRotary(nn.Cell):
@@ -280,7 +257,7 @@ class RotaryEmbedding(nn.Cell):
         if not (isinstance(head_dim, numbers.Integral) and 0 <= start < end <= head_dim):
             raise ValueError(f"{_PREFIX}: partial_slice={list(partial_slice)} must be a non-empty part of "
                              f"[0, head_dim={head_dim}]")
-        rope_type = (rope_scaling or {}).get("rope_type", (rope_scaling or {}).get("type", "default"))
+        rope_type = rope_type_of(rope_scaling)
         if rope_type in _LENGTH_DEPENDENT:
             raise ValueError(f"{_PREFIX}: rope_type {rope_type!r} changes its frequencies with the sequence length, "
                              f"which one cache cannot hold; build tables per call with rope_cos_sin(seq_len=...)")

@@ -73,17 +73,20 @@ def alias_after_write(dy, written):
     return ops.reshape(aliased, dy.shape)
 
 
-def reg_info(op_name, rotary_mode, partial_slice, target, output_name):
-    """CustomRegOp info of one instance: inputs dy, cos, sin and one output, every (dy, cos/sin) float dtype
-    pair; attribute values are per instance, their names are shared by every target."""
+def reg_info(op_name, rotary_mode, partial_slice, target, output_name, positions=False):
+    """CustomRegOp info of one instance: inputs dy, cos, sin (and int64 positions, for the kernels that gather
+    cos/sin rows by position) and one output, every (dy, cos/sin) float dtype pair; attribute values are per
+    instance, their names are shared by every target."""
     slice_attr = list(partial_slice) if partial_slice is not None else SLICE_FROM_COS
-    info = (CustomRegOp(op_name)
-            .input(0, "dy").input(1, "cos").input(2, "sin")
-            .output(0, output_name)
+    info = CustomRegOp(op_name).input(0, "dy").input(1, "cos").input(2, "sin")
+    if positions:
+        info = info.input(3, "positions")
+    info = (info.output(0, output_name)
             .attr("rotary_mode", "required", "int", value=int(rotary_mode))
             .attr("partial_slice", "required", "listInt", value=slice_attr))
+    extra = (DataType.I64_Default,) if positions else ()
     for dy_type, cos_type in itertools.product(FLOAT_FORMATS, FLOAT_FORMATS):
-        info = info.dtype_format(dy_type, cos_type, cos_type, dy_type)
+        info = info.dtype_format(dy_type, cos_type, cos_type, *extra, dy_type)
     return info.target(target).get_op_info()
 
 

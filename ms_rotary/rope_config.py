@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import mindspore as ms
 
 from .constraints import normalize_mode
-from .rope_scaling import COUNT, FRACTION, POSITIVE, check_value
+from .rope_scaling import COUNT, FRACTION, POSITIVE, check_value, rope_type_of
 from .tables import rope_cos_sin
 
 _PREFIX = "ms_rotary.RopeConfig"
@@ -79,7 +79,7 @@ class RopeConfig:
             scaling["rope_type"] = "default"
         theta = scaling.pop("rope_theta", None)
         theta = _theta(fields) if theta is None else theta
-        if scaling.get("rope_type", scaling.get("type", "default")) == "default" and len(scaling) <= 1:
+        if rope_type_of(scaling) == "default" and len(scaling) <= 1:
             scaling = None
         max_positions = _first(fields, "max_position_embeddings", "n_positions", "seq_length")
         if max_positions is not None:

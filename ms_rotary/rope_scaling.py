@@ -64,6 +64,12 @@ def _number(params, key):
     return check_value(f"rope_scaling[{key!r}]", params[key], VALUE_KINDS[key])
 
 
+def rope_type_of(rope_scaling):
+    """The rope type a rope_scaling / rope_parameters dict names ("rope_type", or transformers 4's "type")."""
+    params = rope_scaling or {}
+    return params.get("rope_type", params.get("type", "default"))
+
+
 def _resolve(rope_scaling, max_position_embeddings):
     """(rope_type, params) with keys checked; original_max_position_embeddings defaults to
     max_position_embeddings as transformers does."""
@@ -72,7 +78,7 @@ def _resolve(rope_scaling, max_position_embeddings):
     if not isinstance(rope_scaling, dict):
         raise TypeError(f"{_PREFIX}: rope_scaling must be None or a dict, got {type(rope_scaling).__name__}")
     params = dict(rope_scaling)
-    rope_type = params.get("rope_type", params.get("type", "default"))
+    rope_type = rope_type_of(params)
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"{_PREFIX}: rope_scaling rope_type={rope_type!r} is not supported; "
                          f"use one of {sorted(ROPE_TYPES)}")

@@ -12,20 +12,24 @@ from .rope_scaling import FRACTION, check_value, inverse_frequencies
 _PREFIX = "ms_rotary.rope_cos_sin"
 
 
-def _positions(positions, quarter):
-    if isinstance(positions, ms.Tensor):
-        positions = positions.asnumpy()
-    positions = np.asarray(positions)
+def _integer_positions(positions):
+    """A Tensor or array of positions as a numpy integer array, each >= 0."""
+    positions = np.asarray(positions.asnumpy() if isinstance(positions, ms.Tensor) else positions)
     if positions.dtype.kind not in "iu":
         raise TypeError(f"{_PREFIX}: positions must hold integers, got dtype {positions.dtype}")
+    if positions.size and positions.min() < 0:
+        raise ValueError(f"{_PREFIX}: positions must be >= 0, got a minimum of {positions.min()}")
+    return positions
+
+
+def _positions(positions, quarter):
+    positions = _integer_positions(positions)
     if positions.ndim == 0 and not quarter:  # one position (a decode step): S = 1
         positions = positions.reshape(1)
     rank = positions.ndim - (1 if quarter else 0)
     if rank not in (1, 2) or (quarter and positions.shape[-1] != 2):
         expected = "[S, 2] or [B, S, 2] (token and block position)" if quarter else "[S] or [B, S]"
         raise ValueError(f"{_PREFIX}: positions of shape {positions.shape} do not fit; the mode takes {expected}")
-    if positions.size and positions.min() < 0:
-        raise ValueError(f"{_PREFIX}: positions must be >= 0, got a minimum of {positions.min()}")
     positions = positions.astype(np.float64)
     return positions[None] if rank == 1 else positions  # [B|1, S] or [B|1, S, 2]
 
@@ -123,16 +127,10 @@ def _mrope_channels(section, interleaved, frequencies):
 
 def _mrope_positions(positions):
     """[3, S] or [3, B, S] integers -> float64 [3, B|1, S]."""
-    if isinstance(positions, ms.Tensor):
-        positions = positions.asnumpy()
-    positions = np.asarray(positions)
-    if positions.dtype.kind not in "iu":
-        raise TypeError(f"{_PREFIX}: positions must hold integers, got dtype {positions.dtype}")
+    positions = _integer_positions(positions)
     if positions.ndim not in (2, 3) or positions.shape[0] != 3:
         raise ValueError(f"{_PREFIX}: M-RoPE positions of shape {positions.shape} do not fit; they are [3, S] or "
                          f"[3, B, S] (temporal, height, width)")
-    if positions.size and positions.min() < 0:
-        raise ValueError(f"{_PREFIX}: positions must be >= 0, got a minimum of {positions.min()}")
     positions = positions.astype(np.float64)
     return positions[:, None] if positions.ndim == 2 else positions
 

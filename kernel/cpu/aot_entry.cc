@@ -90,38 +90,31 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
                        dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end, conjugate ? 1 : 0, 0);
 }
 
-// params: q, [k,] cos, sin, positions, then the outputs q_out [, k_out]: q (and k) with their slices rotated by
-// the cache rows the positions pick. cos/sin are the cache [1, P, 1, L], positions int64 [1 or B, S].
+// params: dy, cos, sin, positions, then the output: dy with its slice rotated by the cache rows the positions
+// pick. cos/sin are the cache [1, P, 1, L], positions int64 [1 or B, S]. A graph rotates q and k with one
+// call each (MindSpore 2.10's CPU AOT kernels take one output); the eager path rotates both in one call.
 int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra,
                   bool conjugate) {
-  if ((nparam != 5 && nparam != 7) || params == nullptr || ndims == nullptr || shapes == nullptr ||
-      dtypes == nullptr) {
+  if (nparam != 5 || params == nullptr || ndims == nullptr || shapes == nullptr || dtypes == nullptr) {
     return ms_rotary::kBadParamCount;
   }
-  const int heads = nparam == 7 ? 2 : 1;  // q alone, or q and k
-  for (int i = 0; i < nparam; ++i) {
+  for (int i = 0; i < 5; ++i) {
     if (params[i] == nullptr || shapes[i] == nullptr || dtypes[i] == nullptr) return ms_rotary::kBadParamCount;
+    if (ndims[i] != (i == 3 ? 2 : 4)) return i == 3 ? ms_rotary::kBadPositions : ms_rotary::kBadRank;
   }
-  const int cos = heads, sin = heads + 1, positions = heads + 2, out = heads + 3;
-  if (ndims[positions] != 2 || std::string(dtypes[positions]) != "int64") return ms_rotary::kBadPositions;
+  if (std::string(dtypes[3]) != "int64") return ms_rotary::kBadPositions;
+  if (!same_shape(shapes[0], shapes[4]) || params[4] == params[0]) return ms_rotary::kBadRank;
   auto *attrs = static_cast<AotExtraView *>(extra);
   if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
     return ms_rotary::kMissingAttr;
   }
   const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
   if (slice.size() != 2) return ms_rotary::kBadSlice;
-  for (int h = 0; h < heads; ++h) {
-    if (ndims[h] != 4 || ndims[out + h] != 4 || ndims[cos] != 4 || ndims[sin] != 4) return ms_rotary::kBadRank;
-    if (!same_shape(shapes[h], shapes[out + h]) || params[out + h] == params[h]) return ms_rotary::kBadRank;
-    if (shapes[positions][1] != shapes[h][1]) return ms_rotary::kBadPositions;
-  }
-  return ms_rotary_run_positions(params[0], params[out], heads == 2 ? params[1] : nullptr,
-                                 heads == 2 ? params[out + 1] : nullptr, params[cos], params[sin],
-                                 static_cast<const int64_t *>(params[positions]), shapes[0],
-                                 heads == 2 ? shapes[1] : nullptr, shapes[cos], shapes[positions][0],
-                                 shapes[positions][1], dtypes[0],
-                                 dtypes[cos], attrs->GetAttrInt("rotary_mode"), slice[0],
-                                 ms_rotary::slice_end(slice[0], slice[1], shapes[cos]), conjugate ? 1 : 0, 0);
+  return ms_rotary_run_positions(params[0], params[4], nullptr, nullptr, params[1], params[2],
+                                 static_cast<const int64_t *>(params[3]), shapes[0], nullptr, shapes[1],
+                                 shapes[3][0], shapes[3][1], dtypes[0], dtypes[1], attrs->GetAttrInt("rotary_mode"),
+                                 slice[0], ms_rotary::slice_end(slice[0], slice[1], shapes[1]), conjugate ? 1 : 0,
+                                 0);
 }
 
 }  // namespace
