@@ -1,13 +1,16 @@
 """Qwen2-VL-style multimodal RoPE (M-RoPE, mode 0 half): each token has a time, a height and a width position;
 mrope_section splits the head's frequencies among the three. Tables come from the model config through
-ms_rotary.RopeConfig; the attention layer rotates with ms_rotary's op.
+ms_rotary.RopeConfig; the attention layer rotates with ms_rotary's op, and ms_rotary.RotaryEmbedding.from_config
+rotates q and k by [3, S] positions straight from its cos/sin cache.
 
     python examples/qwen2_vl_mrope.py
 
 The sequence: 3 text tokens, a 2 x 3 grid of image patches, 3 more text tokens. Text tokens carry one position
 in all three channels; a patch carries the image's start time and its own row and column; the text after
 the image continues from the largest position + 1. Checks: on text-only positions M-RoPE is plain RoPE, and
-the layer (output and every gradient) equals the same layer written with plain MindSpore ops."""
+the layer (output and every gradient) equals the same layer written with plain MindSpore ops, and
+RotaryEmbedding equals the op on the M-RoPE tables bit for bit."""
+import mindspore as ms
 import numpy as np
 from rope_common import RotaryAttention, self_check
 
@@ -51,6 +54,17 @@ def main():
     if worst != 0:
         raise AssertionError("M-RoPE with equal time, height and width positions differs from RoPE")
     self_check(TITLE, build_attention, rope_tables, D_MODEL, seq_len=12)
+    rope = ms_rotary.RotaryEmbedding.from_config(CONFIG, cache_positions=64)
+    rng = np.random.default_rng(0)
+    q = ms.Tensor(rng.standard_normal((1, 12, N_HEADS, ROPE.head_dim)), ms.float32)
+    k = ms.Tensor(rng.standard_normal((1, 12, 1, ROPE.head_dim)), ms.float32)
+    q_rot, k_rot = rope(q, k, multimodal_positions())
+    op = ms_rotary.PartialRotaryMul(ROPE.rotary_mode, list(ROPE.partial_slice))
+    same = all(np.array_equal(got.asnumpy(), op(t, *rope_tables(12)).asnumpy()) for got, t in ((q_rot, q), (k_rot, k)))
+    print(f"[self-check] RotaryEmbedding by [3, S] positions equals the op on M-RoPE tables bit for bit "
+          f"{'OK' if same else 'FAILED'}")
+    if not same:
+        raise AssertionError("RotaryEmbedding's M-RoPE differs from the op on M-RoPE tables")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ rotates q and k in one call; the backward is the same call transposed. Decoding 
 positions; packed sequences are B = 1 with positions that restart per sequence. CPU (the compiled kernel, or
 the numpy fallback); PyNative, ms.jit and GRAPH_MODE; out of place, gradients for q and k to any order."""
 import dataclasses
+import functools
 import numbers
 
 import mindspore as ms
@@ -19,14 +20,19 @@ from . import library, numpy_kernel, routes
 from .backend import choose_backend
 from .constraints import FLOAT_DTYPES, check_dtypes, check_shapes, element_dtype, normalize_mode
 from .kernels import _HOST_DTYPES, DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, _host_array, _host_float32, reg_info
+from .modes import lane_pairs
 from .rope_config import RopeConfig
 from .rope_scaling import rope_type_of
 from .routes import Route
-from .tables import rope_cos_sin
+from .tables import mrope_channels, rope_cos_sin
 
 _PREFIX = "ms_rotary.RotaryEmbedding"
 # Tables whose frequencies depend on the current sequence length: one cache cannot hold them.
 _LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+
+# Each layout's (B axis, S axis) of q and k.
+LAYOUT_AXES = {"BSND": (0, 1), "SBND": (1, 0), "BNSD": (0, 2)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,22 +42,37 @@ class _GatherCall:
     end: int
     conjugate: bool
     heads: int  # 1: q alone, 2: q and k
+    axes: tuple = LAYOUT_AXES["BSND"]
+    lane_channels: tuple = None  # M-RoPE: the position channel (0 time, 1 height, 2 width) of each cos lane
+
+    @property
+    def channels(self):
+        return 1 if self.lane_channels is None else 3
 
     def transpose(self):
         return dataclasses.replace(self, conjugate=not self.conjugate)
 
 
-def _check(call, q_shape, k_shape, cache_shape, positions_shape):
-    """The layer's shape rules (the op's rules for each of q and k with one cos/sin row, then the cache's
-    and the positions'): raises naming the argument before any kernel runs."""
+def _check(call, q_shape, k_shape, positions_shape):
+    """The layer's shape rules (the op's rules for each of q and k with one cos/sin row, then the positions',
+    normalised to [channels, 1 or B, S]): raises naming the argument before any kernel runs."""
     one_row = (1, 1, 1, call.end - call.start)
     for name, shape in (("q", q_shape), ("k", k_shape))[:call.heads]:
         check_shapes(shape, one_row, one_row, call.rotary_mode, (call.start, call.end), name)
-    if call.heads == 2 and tuple(k_shape[:2]) != tuple(q_shape[:2]):
+    b_axis, s_axis = call.axes
+    batch, seq = q_shape[b_axis], q_shape[s_axis]
+    if call.heads == 2 and (k_shape[b_axis], k_shape[s_axis]) != (batch, seq):
         raise ValueError(f"{_PREFIX}: q {tuple(q_shape)} and k {tuple(k_shape)} must share B and S")
-    if len(positions_shape) != 2 or positions_shape[0] not in (1, q_shape[0]) or positions_shape[1] != q_shape[1]:
-        raise ValueError(f"{_PREFIX}: positions of shape {tuple(positions_shape)} do not fit q {tuple(q_shape)}; "
-                         f"they must be [S] or [B, S] = [{q_shape[0]}, {q_shape[1]}]")
+    channels, positions_batch, positions_seq = positions_shape
+    if channels != call.channels or positions_batch not in (1, batch) or positions_seq != seq:
+        raise ValueError(f"{_PREFIX}: positions do not fit q {tuple(q_shape)}; they must be "
+                         f"{_positions_rule(call.channels, batch, seq)}")
+
+
+def _positions_rule(channels, batch, seq):
+    if channels == 1:
+        return f"[S] or [B, S] = [{batch}, {seq}]"
+    return f"[3, S] or [3, B, S] = [3, {batch}, {seq}] (M-RoPE: time, height, width)"
 
 
 class _GatherKernel(nn.Cell):
@@ -66,7 +87,7 @@ class _GatherKernel(nn.Cell):
         single = dataclasses.replace(call, heads=1)
 
         def infer_shape(shape, cos_shape, sin_shape, positions_shape):
-            _check(single, shape, None, cos_shape, positions_shape)
+            _check(single, shape, None, positions_shape)
             return list(shape)
 
         def infer_dtype(dtype, cos_dtype, sin_dtype, positions_dtype):
@@ -78,7 +99,7 @@ class _GatherKernel(nn.Cell):
             library.load()
             self.prim = ops.Custom(f"{library.LIB_PATH}:{entry}", infer_shape, infer_dtype, func_type="aot",
                                    reg_info=reg_info(entry, call.rotary_mode, (call.start, call.end), "CPU", "dx",
-                                                     positions=True))
+                                                     positions=_positions_attrs(call)))
         else:
             def compute(t, cos, sin, positions):
                 return _numpy_gather_rotate(call, t, cos, sin, positions)
@@ -97,8 +118,8 @@ class _GatherKernel(nn.Cell):
         (each would cost a round trip through it before the kernel could run): positions are read on the host,
         the results are numpy buffers the new tensors share."""
         call = self.call
-        positions = _host_positions(positions)
-        _check(call, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, cos.shape, positions.shape)
+        positions = _host_positions(positions, call.channels)
+        _check(call, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, positions.shape)
         _check_positions_range(positions, cos.shape[1])
         tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
         dy_dtype, cos_dtype = DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)]
@@ -112,8 +133,9 @@ class _GatherKernel(nn.Cell):
             k, k_out = (tensors[1].data_ptr(), out_ptrs[1]) if call.heads == 2 else (None, None)
             status = library.load().rotate_by_positions(
                 tensors[0].data_ptr(), out_ptrs[0], k, k_out, cos.data_ptr(), sin.data_ptr(),
-                positions.ctypes.data, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, cos.shape,
-                positions.shape, dy_dtype, cos_dtype, call.rotary_mode, call.start, call.end, call.conjugate)
+                positions.ctypes.data, positions.shape, _lane_channels_pointer(call), call.axes, tensors[0].shape,
+                tensors[1].shape if call.heads == 2 else None, cos.shape, dy_dtype, cos_dtype, call.rotary_mode,
+                call.start, call.end, call.conjugate)
             library.raise_for_status(status)
         else:
             for tensor, out in zip(tensors, outs):
@@ -139,10 +161,29 @@ def _tensor_sharing(array, dtype_name):
     return tensor.view(ms.bfloat16) if dtype_name == "bfloat16" else tensor
 
 
-def _host_positions(positions):
-    """int64 [1|B, S] on the host, C-contiguous, from a tensor or an array of integers."""
+def _positions_attrs(call):
+    """The AOT kernel's attributes beyond mode and slice: the layout's axes, M-RoPE's lane channels."""
+    attrs = {"positions_axes": list(call.axes)}
+    if call.lane_channels is not None:
+        attrs["lane_channels"] = list(call.lane_channels)
+    return attrs
+
+
+@functools.lru_cache(maxsize=None)
+def _lane_channels_array(lane_channels):
+    return np.ascontiguousarray(lane_channels, np.int64)
+
+
+def _lane_channels_pointer(call):
+    return None if call.lane_channels is None else _lane_channels_array(call.lane_channels).ctypes.data
+
+
+def _host_positions(positions, channels):
+    """int64 [channels, 1|B, S] on the host, C-contiguous, from a tensor or an array of integers ([S] or
+    [B, S]; M-RoPE [3, S] or [3, B, S])."""
     array = positions.asnumpy() if isinstance(positions, ms.Tensor) else np.asarray(positions)
-    return np.ascontiguousarray(array.reshape(1, -1) if array.ndim == 1 else array, np.int64)
+    shape = (channels, 1, -1) if array.ndim - (channels > 1) == 1 else (channels, *array.shape[-2:])
+    return np.ascontiguousarray(array.reshape(shape), np.int64)
 
 
 def _check_positions_range(positions, cache_rows):
@@ -154,12 +195,18 @@ def _check_positions_range(positions, cache_rows):
 
 def _numpy_gather_rotate(call, t, cos, sin, positions):
     """The numpy statement of the gathered rotation (float32 out): the kernel's rows, cos/sin picked by
-    position."""
-    rows = np.asarray(positions).reshape(positions.shape[0], -1)
-    table_cos = np.asarray(cos, np.float32)[0, :, 0][rows][:, :, None, :]  # [1|B, S, 1, L]
-    table_sin = np.asarray(sin, np.float32)[0, :, 0][rows][:, :, None, :]
+    position (M-RoPE: each lane by its channel's position)."""
+    positions = np.asarray(positions)  # [channels, 1|B, S]
+    channels = np.zeros(call.end - call.start, np.int64) if call.lane_channels is None else \
+        np.asarray(call.lane_channels)
+    tables = []
+    for cache in (cos, sin):
+        rows = np.asarray(cache, np.float32)[0, :, 0][positions]  # [channels, 1|B, S, L]
+        table = np.take_along_axis(rows, channels.reshape(1, 1, 1, -1), 0)[0]  # [1|B, S, L]
+        tables.append({(0, 1): table[:, :, None], (1, 0): table.transpose(1, 0, 2)[:, :, None],
+                       (0, 2): table[:, None]}[call.axes])
     with numpy_kernel.default_fp_environment():
-        return numpy_kernel.rotate(t, table_cos, table_sin, call.rotary_mode, call.start, call.end, call.conjugate)
+        return numpy_kernel.rotate(t, *tables, call.rotary_mode, call.start, call.end, call.conjugate)
 
 
 class _GatherRotary(nn.Cell):
@@ -220,9 +267,9 @@ class _GatherRotaryQK(_GatherRotary):
         return (*self.transpose(dout[0], dout[1], cos, sin, positions), *self.no_grads(cos, sin, positions))
 
 
-def _positions_argument(positions):
+def _positions_argument(positions, channels):
     """An integer tensor, or anything numpy makes an integer array of (kept as int64 numpy: an eager call
-    reads it on the host), of rank 1 or 2."""
+    reads it on the host), of rank 1 or 2 (M-RoPE: 2 or 3, the first axis of 3 channels)."""
     if not isinstance(positions, ms.Tensor):
         array = np.asarray(positions)
         if array.dtype.kind not in "iu":
@@ -230,24 +277,41 @@ def _positions_argument(positions):
         positions = array.astype(np.int64)
     elif positions.dtype not in (ms.int64, ms.int32, ms.int16, ms.int8, ms.uint8):
         raise TypeError(f"{_PREFIX}: positions must be an integer tensor, got dtype {positions.dtype}")
-    if positions.ndim not in (1, 2):
-        raise ValueError(f"{_PREFIX}: positions of shape {tuple(positions.shape)} must be [S] or [B, S]")
+    mrope = channels > 1
+    if positions.ndim not in ((2, 3) if mrope else (1, 2)) or (mrope and positions.shape[0] != 3):
+        raise ValueError(f"{_PREFIX}: positions of shape {tuple(positions.shape)} must be "
+                         f"{'[3, S] or [3, B, S] (M-RoPE: time, height, width)' if mrope else '[S] or [B, S]'}")
     return positions
+
+
+def mrope_lane_channels(rotary_mode, rotary_dim, mrope_section, mrope_interleaved):
+    """The position channel of each cos/sin lane: the frequency of pair k sits on lanes ya[k] and yb[k]."""
+    frequency_channels = mrope_channels(mrope_section, bool(mrope_interleaved), rotary_dim // 2)
+    lanes = np.empty(rotary_dim, np.int64)
+    _, _, ya, yb = lane_pairs(rotary_mode, rotary_dim)
+    lanes[ya] = frequency_channels
+    lanes[yb] = frequency_channels
+    return tuple(int(c) for c in lanes)
 
 
 class RotaryEmbedding(nn.Cell):
     """RotaryEmbedding(head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
-    max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None)
+    max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None, layout="BSND",
+    mrope_section=None, mrope_interleaved=False)
 
     `rope(q, k, positions)` -> (q_rot, k_rot); `rope(q, None, positions)` -> q_rot. q [B, S, Nq, D] and k
-    [B, S, Nk, D] (their own head counts: GQA, MQA) of one float dtype, D = head_dim; positions integer [S] or
-    [B, S], each in [0, cache_positions). The cache holds cos/sin for positions [0, cache_positions) (default
-    max_position_embeddings), computed in float64 and stored in cache_dtype: fp32 by default; a bf16 cache
-    rounds cos/sin to 8 bits, whose angle error grows with the position. Use `from_config` for a model.
+    [B, S, Nk, D] (their own head counts: GQA, MQA; layout "SBND": [S, B, N, D], "BNSD": [B, N, S, D]) of one
+    float dtype, D = head_dim; positions integer [S] or [B, S], each in [0, cache_positions). M-RoPE (an
+    mrope_section of three frequency counts; mrope_interleaved for Qwen3-VL): positions [3, S] or [3, B, S]
+    (time, height, width), each lane's cos/sin read at its channel's position. The cache holds cos/sin for
+    positions [0, cache_positions) (default max_position_embeddings), computed in float64 and stored in
+    cache_dtype: fp32 by default; a bf16 cache rounds cos/sin to 8 bits, whose angle error grows with the
+    position. Use `from_config` for a model.
     """
 
     def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
-                 max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None):
+                 max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
+                 layout="BSND", mrope_section=None, mrope_interleaved=False):
         super().__init__()
         mode = normalize_mode(rotary_mode)
         if mode == 2:
@@ -257,6 +321,8 @@ class RotaryEmbedding(nn.Cell):
         if not (isinstance(head_dim, numbers.Integral) and 0 <= start < end <= head_dim):
             raise ValueError(f"{_PREFIX}: partial_slice={list(partial_slice)} must be a non-empty part of "
                              f"[0, head_dim={head_dim}]")
+        if layout not in LAYOUT_AXES:
+            raise ValueError(f"{_PREFIX}: layout={layout!r} must be one of {list(LAYOUT_AXES)}")
         rope_type = rope_type_of(rope_scaling)
         if rope_type in _LENGTH_DEPENDENT:
             raise ValueError(f"{_PREFIX}: rope_type {rope_type!r} changes its frequencies with the sequence length, "
@@ -267,30 +333,32 @@ class RotaryEmbedding(nn.Cell):
                              f"positive integer: the cache covers positions [0, cache_positions)")
         if cache_dtype not in FLOAT_DTYPES:
             raise TypeError(f"{_PREFIX}: cache_dtype={cache_dtype} must be float32, float16 or bfloat16")
-        self.head_dim, self.partial_slice, self.rotary_mode = int(head_dim), (start, end), mode
+        self.head_dim, self.partial_slice, self.rotary_mode, self.layout = int(head_dim), (start, end), mode, layout
         cos, sin = rope_cos_sin(np.arange(positions), end - start, mode, rope_theta=rope_theta,
                                 rope_scaling=rope_scaling, max_position_embeddings=max_position_embeddings,
                                 dtype=cache_dtype, head_dim=int(head_dim))
+        lane_channels = None if mrope_section is None else \
+            mrope_lane_channels(mode, end - start, mrope_section, mrope_interleaved)
         self.cos_cache = ms.Parameter(cos.reshape(1, positions, 1, end - start), name="cos_cache", requires_grad=False)
         self.sin_cache = ms.Parameter(sin.reshape(1, positions, 1, end - start), name="sin_cache", requires_grad=False)
         device_target = routes.device_target()
         backend = choose_backend(backend, device_target)
         if backend == "ascend":
             raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
-        self.rotate_q = _GatherRotaryQ(_GatherCall(mode, start, end, False, 1), backend, device_target)
-        self.rotate_qk = _GatherRotaryQK(_GatherCall(mode, start, end, False, 2), backend, device_target)
+        call = _GatherCall(mode, start, end, False, 1, LAYOUT_AXES[layout], lane_channels)
+        self.channels = call.channels
+        self.rotate_q = _GatherRotaryQ(call, backend, device_target)
+        self.rotate_qk = _GatherRotaryQK(dataclasses.replace(call, heads=2), backend, device_target)
 
     @classmethod
-    def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None):
-        """From a Hugging Face config (dict or object): RopeConfig.from_config's facts, a cache of
-        cache_positions (default max_position_embeddings) positions."""
+    def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
+                    layout="BSND"):
+        """From a Hugging Face config (dict or object): RopeConfig.from_config's facts (M-RoPE included), a
+        cache of cache_positions (default max_position_embeddings) positions."""
         rope = RopeConfig.from_config(config, rotary_mode)
-        if rope.mrope_section is not None:
-            raise ValueError(f"{_PREFIX}: model_type={rope.model_type!r} uses M-RoPE (positions [3, S]), which the "
-                             f"layer does not gather yet; build tables with RopeConfig.from_config(config).cos_sin("
-                             f"positions) and rotate with PartialRotaryMul")
         return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
-                   rope.max_position_embeddings, cache_positions, cache_dtype, backend)
+                   rope.max_position_embeddings, cache_positions, cache_dtype, backend, layout, rope.mrope_section,
+                   rope.mrope_interleaved)
 
     def __call__(self, q, k=None, positions=None):
         if positions is None:
@@ -301,11 +369,11 @@ class RotaryEmbedding(nn.Cell):
             if not isinstance(value, ms.Tensor):
                 raise TypeError(f"{_PREFIX}: {name} must be a mindspore.Tensor, got {type(value).__name__}")
             if value.ndim != 4 or value.shape[-1] != self.head_dim:
-                raise ValueError(f"{_PREFIX}: {name} of shape {tuple(value.shape)} must be [B, S, N, "
-                                 f"head_dim={self.head_dim}]")
+                raise ValueError(f"{_PREFIX}: {name} of shape {tuple(value.shape)} must be {self.layout} with "
+                                 f"D = head_dim={self.head_dim}")
         if k is not None and k.dtype != q.dtype:
             raise TypeError(f"{_PREFIX}: q and k must share a dtype, got {q.dtype} and {k.dtype}")
-        positions = _positions_argument(positions)
+        positions = _positions_argument(positions, self.channels)
         if routes.current() is Route.EAGER and routes.on_host(self.rotate_q.device_target):
             # nothing records: the kernel runs now, past the Cell machinery
             outs = (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
@@ -314,13 +382,17 @@ class RotaryEmbedding(nn.Cell):
         return super().__call__(q, k, positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
 
     def construct(self, q, k, positions):
-        if positions.ndim == 1:
-            positions = positions.reshape(1, -1)
-        positions = positions.astype(ms.int64)
+        positions = positions.astype(ms.int64)  # -> [channels, 1|B, S], as the kernel reads them
+        if positions.ndim == 1 or (positions.ndim == 2 and self.channels == 3):
+            positions = positions.reshape(self.channels, 1, -1)
+        elif self.channels == 1:
+            positions = positions.reshape(1, positions.shape[0], positions.shape[1])
         if k is None:
             return self.rotate_q(q, self.cos_cache, self.sin_cache, positions)
         return self.rotate_qk(q, k, self.cos_cache, self.sin_cache, positions)
 
     def extend_repr(self):
+        mrope = "" if self.channels == 1 else ", M-RoPE"
         return (f"head_dim={self.head_dim}, partial_slice={list(self.partial_slice)}, "
-                f"rotary_mode={self.rotary_mode}, cache_positions={self.cos_cache.shape[1]}")
+                f"rotary_mode={self.rotary_mode}, layout={self.layout}, cache_positions={self.cos_cache.shape[1]}"
+                f"{mrope}")

@@ -73,18 +73,20 @@ def alias_after_write(dy, written):
     return ops.reshape(aliased, dy.shape)
 
 
-def reg_info(op_name, rotary_mode, partial_slice, target, output_name, positions=False):
+def reg_info(op_name, rotary_mode, partial_slice, target, output_name, positions=None):
     """CustomRegOp info of one instance: inputs dy, cos, sin (and int64 positions, for the kernels that gather
-    cos/sin rows by position) and one output, every (dy, cos/sin) float dtype pair; attribute values are per
-    instance, their names are shared by every target."""
+    cos/sin rows by position: `positions` is then their list-of-int attributes) and one output, every (dy,
+    cos/sin) float dtype pair; attribute values are per instance, their names are shared by every target."""
     slice_attr = list(partial_slice) if partial_slice is not None else SLICE_FROM_COS
     info = CustomRegOp(op_name).input(0, "dy").input(1, "cos").input(2, "sin")
-    if positions:
+    if positions is not None:
         info = info.input(3, "positions")
     info = (info.output(0, output_name)
             .attr("rotary_mode", "required", "int", value=int(rotary_mode))
             .attr("partial_slice", "required", "listInt", value=slice_attr))
-    extra = (DataType.I64_Default,) if positions else ()
+    for name, value in (positions or {}).items():
+        info = info.attr(name, "required", "listInt", value=list(value))
+    extra = (DataType.I64_Default,) if positions is not None else ()
     for dy_type, cos_type in itertools.product(FLOAT_FORMATS, FLOAT_FORMATS):
         info = info.dtype_format(dy_type, cos_type, cos_type, *extra, dy_type)
     return info.target(target).get_op_info()

@@ -5,6 +5,7 @@ import functools
 import os
 
 LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
+_POSITIONS_SHAPE = ctypes.c_int64 * 3
 _SHAPE = ctypes.c_int64 * 4
 # Every entry the package calls: the two plain C entries (eager calls) and the AOT entries ops.Custom loads
 # (kernel/cpu/aot_entry.cc; by direction, backward second). A stale or foreign library lacks one.
@@ -29,7 +30,7 @@ STATUS_MESSAGES = {
     12: "a tensor's element or byte count overflows int64",
     13: "one row's slice does not fit in the Ascend unified buffer",
     14: "no Ascend vector core",
-    15: "a position outside the cos/sin cache, or positions that do not fit the tensors' B and S",
+    15: "a position outside the cos/sin cache, or positions (M-RoPE: or lane channels) that do not fit the tensors",
 }
 
 
@@ -66,8 +67,8 @@ class CompiledKernel:
             [ctypes.c_int64] * 3 + [ctypes.c_int]
         self._cos_sin_grad.restype = ctypes.c_int
         self._run_positions = library.ms_rotary_run_positions
-        self._run_positions.argtypes = [ctypes.c_void_p] * 7 + [_SHAPE] * 3 + [ctypes.c_int64] * 2 + \
-            [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
+        self._run_positions.argtypes = [ctypes.c_void_p] * 7 + [_POSITIONS_SHAPE, ctypes.c_void_p] + \
+            [ctypes.c_int64] * 2 + [_SHAPE] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
         self._run_positions.restype = ctypes.c_int
 
     def rotate(self, dy, out, cos, sin, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype, sin_dtype, rotary_mode,
@@ -86,14 +87,16 @@ class CompiledKernel:
                                   dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
 
 
-    def rotate_by_positions(self, q, q_out, k, k_out, cos, sin, positions, q_shape, k_shape, cache_shape,
-                            positions_shape, dy_dtype, cos_dtype, rotary_mode, start, end, conjugate, num_threads=0):
-        """q (and k, unless None) rotated by the cache rows [1, P, 1, L] that positions (int64 [batch, S]) pick;
-        out pointers None: in place. Both tensors are checked before either is written."""
-        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _SHAPE(*q_shape),
-                                   _SHAPE(*(k_shape or q_shape)), _SHAPE(*cache_shape), *positions_shape,
-                                   dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, int(conjugate),
-                                   num_threads)
+    def rotate_by_positions(self, q, q_out, k, k_out, cos, sin, positions, positions_shape, lane_channels, axes,
+                            q_shape, k_shape, cache_shape, dy_dtype, cos_dtype, rotary_mode, start, end, conjugate,
+                            num_threads=0):
+        """q (and k, unless None) rotated by the cache rows [1, P, 1, L] that positions (int64 [channels, batch,
+        S]) pick; lane_channels (int64 [L], M-RoPE) or None; axes: q's (B axis, S axis). Out pointers None: in
+        place. Both tensors are checked before either is written (kernel/cpu/rotary_kernel.h, Positions)."""
+        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _POSITIONS_SHAPE(*positions_shape),
+                                   lane_channels, *axes, _SHAPE(*q_shape), _SHAPE(*(k_shape or q_shape)),
+                                   _SHAPE(*cache_shape), dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start,
+                                   end, int(conjugate), num_threads)
 
 
 @functools.lru_cache(maxsize=None)

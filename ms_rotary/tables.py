@@ -83,7 +83,7 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
     if mrope_section is not None:
         if quarter:
             raise ValueError(f"{_PREFIX}: mrope_section does not combine with quarter mode")
-        channels = _mrope_channels(mrope_section, bool(mrope_interleaved), rotary_dim // 2)
+        channels = mrope_channels(mrope_section, bool(mrope_interleaved), rotary_dim // 2)
         positions = _mrope_positions(positions)
     else:
         positions = _positions(positions, quarter)
@@ -108,7 +108,7 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
     return tuple(_to_tensor(fn(lanes) * attention_factor, dtype) for fn in (np.cos, np.sin))
 
 
-def _mrope_channels(section, interleaved, frequencies):
+def mrope_channels(section, interleaved, frequencies):
     """The position channel (0 time, 1 height, 2 width) of each of the `frequencies` frequencies."""
     if not isinstance(section, (list, tuple)) or len(section) != 3 or \
             any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import BACKENDS, DTYPES, TOLERANCE, random_tensor, raw_bits, to_float64
 from reference import rotary_forward, rotary_grad
-from test_rope_config import FAMILIES, ROTATED_PART_ONLY, transformers_family
+from test_rope_config import FAMILIES, MROPE, ROTATED_PART_ONLY, transformers_family
 
 import ms_rotary
 from ms_rotary import RotaryEmbedding
@@ -19,9 +19,9 @@ CACHE = 64
 POSITIONS = np.array([[3, 4, 5, 6, 7, 8], [0, 1, 2, 0, 1, 63]])  # row 1: packed sequences restarting
 
 
-def _layer(mode, cache_dtype="float32", backend="aot"):
+def _layer(mode, cache_dtype="float32", backend="aot", **kwargs):
     return RotaryEmbedding(D, SLICE, mode, rope_theta=500.0, cache_positions=CACHE, cache_dtype=DTYPES[cache_dtype],
-                           backend=backend)
+                           backend=backend, **kwargs)
 
 
 def _gathered(layer, positions):
@@ -132,6 +132,91 @@ def test_second_order_gradients_in_a_graph():
     np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+# M-RoPE: 16 frequencies in the slice of 32; time, height and width positions that differ per token
+MROPE_SECTIONS = {"sections": ((4, 6, 6), False), "interleaved sections": ((6, 5, 5), True)}
+MROPE_POSITIONS = np.stack([POSITIONS, (POSITIONS * 7 + 1) % CACHE, (POSITIONS * 3 + 5) % CACHE])  # [3, B, S]
+
+
+@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", [0, 1, 3])
+@pytest.mark.parametrize("sections", MROPE_SECTIONS)
+def test_mrope_reads_each_lane_at_its_channels_position(sections, mode, backend, exec_mode):
+    """The layer with [3, B, S] positions equals PartialRotaryMul on rope_cos_sin's M-RoPE tables bit for bit,
+    and the float64 reference; [3, S] positions broadcast over B; gradients are the transposed rotation."""
+    section, interleaved = MROPE_SECTIONS[sections]
+    rng = np.random.default_rng(mode + 20)
+    q, q64 = random_tensor(rng, (B, S, NQ, D), "float32")
+    k, k64 = random_tensor(rng, (B, S, NK, D), "float32")
+    w, w64 = random_tensor(rng, (B, S, NQ, D), "float32")
+    layer = _layer(mode, backend=backend, mrope_section=section, mrope_interleaved=interleaved)
+
+    class Run(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def construct(self, q, k, positions):
+            return self.layer(q, k, positions)
+
+    def loss(q, positions):
+        return (layer(q, None, positions) * w).sum()
+
+    run, grad = Run(), ms.grad(loss)
+    op = ms_rotary.PartialRotaryMul(mode, list(SLICE), backend=backend)
+    for positions in (MROPE_POSITIONS, MROPE_POSITIONS[:, 0]):
+        q_rot, k_rot = _run(exec_mode, run if exec_mode == "GRAPH_MODE" else run.construct, q, k,
+                            ms.Tensor(positions))
+        cos, sin = ms_rotary.rope_cos_sin(positions, SLICE[1] - SLICE[0], mode, rope_theta=500.0,
+                                          mrope_section=section, mrope_interleaved=interleaved)
+        for got, t, t64 in ((q_rot, q, q64), (k_rot, k, k64)):
+            np.testing.assert_array_equal(raw_bits(got), raw_bits(op(t, cos, sin)))
+            expected = rotary_forward(mode, t64, to_float64(cos), to_float64(sin), *SLICE)
+            np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-6, atol=1e-6)
+        got = _run(exec_mode, grad, q, ms.Tensor(positions))
+        expected = rotary_grad(mode, w64, to_float64(cos), to_float64(sin), *SLICE)
+        np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def _to_layout(t, layout):
+    return {"BSND": t, "SBND": t.transpose(1, 0, 2, 3), "BNSD": t.transpose(0, 2, 1, 3)}[layout]
+
+
+@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["SBND", "BNSD"])
+@pytest.mark.parametrize("mrope", [False, True])
+def test_sbnd_and_bnsd_equal_bsnd_transposed_with_gradients(mrope, layout, backend, exec_mode):
+    rng = np.random.default_rng(23)
+    q, _ = random_tensor(rng, (B, S, NQ, D), "bfloat16")
+    k, _ = random_tensor(rng, (B, S, NK, D), "bfloat16")
+    wq, _ = random_tensor(rng, (B, S, NQ, D), "float32")
+    wk, _ = random_tensor(rng, (B, S, NK, D), "float32")
+    extra = dict(mrope_section=(4, 6, 6)) if mrope else {}
+    positions = ms.Tensor(MROPE_POSITIONS if mrope else POSITIONS)
+    layers = {name: _layer(3, backend=backend, layout=name, **extra) for name in ("BSND", layout)}
+    moved = {name: [ms.Tensor(_to_layout(t.float().asnumpy(), name)).astype(t.dtype) for t in (q, k, wq, wk)]
+             for name in layers}
+
+    class Loss(ms.nn.Cell):
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def construct(self, q, k, wq, wk, positions):
+            q_rot, k_rot = self.layer(q, k, positions)
+            return (q_rot.astype(ms.float32) * wq).sum() + (k_rot.astype(ms.float32) * wk).sum()
+
+    results = {}
+    for name, layer in layers.items():
+        q_l, k_l, wq_l, wk_l = moved[name]
+        outs = _run(exec_mode, layer if exec_mode == "GRAPH_MODE" else layer.construct, q_l, k_l, positions)
+        grads = _run(exec_mode, ms.grad(Loss(layer), grad_position=(0, 1)), q_l, k_l, wq_l, wk_l, positions)
+        results[name] = [_to_layout(raw_bits(t), name) for t in (*outs, *grads)]
+    for got, expected in zip(results[layout], results["BSND"]):
+        np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("call, error, match", [
     (lambda layer, q, k: layer(q, k, np.array([0, 1, 2, 3, 4, CACHE])), ValueError,
      rf"position {CACHE} is outside the cos/sin cache \[0, {CACHE}\)"),
@@ -142,6 +227,14 @@ def test_second_order_gradients_in_a_graph():
     (lambda layer, q, k: layer(q[..., :32], k, np.arange(S)), ValueError, r"q of shape .* head_dim=48"),
     (lambda layer, q, k: layer(q, k.astype(ms.float16), np.arange(S)), TypeError, "q and k must share a dtype"),
     (lambda layer, q, k: layer(q, k), TypeError, "positions are required"),
+    (lambda layer, q, k: _layer(0, mrope_section=(4, 6, 6))(q, k, np.arange(S)), ValueError,
+     r"must be \[3, S\] or \[3, B, S\] \(M-RoPE"),
+    (lambda layer, q, k: _layer(0, mrope_section=(4, 6, 6))(q, k, np.zeros((2, S), np.int64)), ValueError,
+     r"positions of shape \(2, 6\) must be \[3, S\]"),
+    (lambda layer, q, k: _layer(0, mrope_section=(4, 6, 6))(q, k, np.full((3, S), CACHE)), ValueError,
+     rf"position {CACHE} is outside"),
+    (lambda layer, q, k: _layer(0, layout="BNSD")(q, None, np.arange(S)), ValueError, r"positions do not fit q"),
+    (lambda layer, q, k: _layer(0, layout="BNSD")(q, k, np.arange(NQ)), ValueError, r"must share B and S"),
 ])
 def test_bad_calls_are_refused_by_name_before_anything_is_written(call, error, match):
     rng = np.random.default_rng(13)
@@ -159,6 +252,8 @@ def test_bad_calls_are_refused_by_name_before_anything_is_written(call, error, m
      "changes its frequencies with the sequence length"),
     (dict(cache_positions=0), ValueError, r"cache_positions=0 .* must be a positive integer"),
     (dict(cache_dtype=ms.int32), TypeError, "cache_dtype"),
+    (dict(layout="BSH"), ValueError, r"layout='BSH' must be one of \['BSND', 'SBND', 'BNSD'\]"),
+    (dict(mrope_section=(4, 6, 5)), ValueError, r"mrope_section=\[4, 6, 5\] sums to 15"),
 ])
 def test_layers_that_cannot_be_built_are_refused_by_name(kwargs, error, match):
     arguments = dict(head_dim=D, partial_slice=SLICE, rotary_mode="half", cache_positions=CACHE)
@@ -184,3 +279,30 @@ def test_from_config_rotates_q_and_k_as_transformers_does(family):
     q_rot, k_rot = layer(ms.Tensor(q), ms.Tensor(k), positions)
     for got, expected in ((q_rot, q_hf), (k_rot, k_hf)):
         np.testing.assert_allclose(part(got.asnumpy()), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", MROPE)
+def test_from_config_rotates_mrope_q_and_k_as_transformers_does(family):
+    """Qwen2-VL and Qwen3-VL: the layer from the config, [3, B, S] positions that differ per channel, against
+    transformers' own rotary class and apply function."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    config_name, module_name, rotary_name, section = MROPE[family]
+    config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=1,
+                                                head_dim=32, rope_parameters={"rope_type": "default",
+                                                                              "rope_theta": 10000.0,
+                                                                              "mrope_section": section})
+    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    layer = RotaryEmbedding.from_config(config.to_dict() | {"model_type": module_name}, cache_positions=3000)
+    rng = np.random.default_rng(29)
+    positions = rng.integers(0, 3000, (3, 1, 9))
+    q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
+    k = rng.uniform(-1, 1, (1, 9, 1, 32)).astype(np.float32)
+    cos_hf, sin_hf = getattr(module, rotary_name)(config)(torch.zeros(1), torch.tensor(positions))
+    q_hf, k_hf = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(k).transpose(1, 2),
+                                             cos_hf, sin_hf)
+    q_rot, k_rot = layer(ms.Tensor(q), ms.Tensor(k), positions)
+    for got, expected in ((q_rot, q_hf), (k_rot, k_hf)):
+        np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)

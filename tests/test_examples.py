@@ -36,4 +36,4 @@ def test_llama3_decode_example_matches_the_full_sequence():
 def test_qwen2_vl_mrope_example_self_checks():
     out = run_example(os.path.join(EXAMPLES, "qwen2_vl_mrope.py"))
     lines = [line for line in out.splitlines() if line.startswith("[self-check]")]
-    assert len(lines) == 3 and all(line.endswith("OK") for line in lines), out
+    assert len(lines) == 4 and all(line.endswith("OK") for line in lines), out

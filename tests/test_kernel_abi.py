@@ -206,29 +206,40 @@ def test_every_status_code_has_a_message():
     assert codes - {0} == set(library.STATUS_MESSAGES)
 
 
-POSITION_CALLS = {  # name: (positions, positions shape passed, expected status)
-    "in range": (np.array([[0, 3, 7]]), (1, 3), 0),
-    "past the cache": (np.array([[0, 3, 8]]), (1, 3), 15),
-    "negative": (np.array([[0, -1, 2]]), (1, 3), 15),
-    "S differs from q's": (np.array([[0, 1]]), (1, 2), 15),
-    "batch neither 1 nor B": (np.zeros((3, 3), np.int64), (3, 3), 15),
+LANES = np.array([0, 1, 2, 0, 0, 1, 2, 0])  # M-RoPE: the position channel of each of the 8 cos lanes
+POSITION_CALLS = {  # name: (positions, [channels, batch, S] passed, lane channels, (B axis, S axis), status)
+    "in range": (np.array([[0, 3, 7]]), (1, 1, 3), None, (0, 1), 0),
+    "past the cache": (np.array([[0, 3, 8]]), (1, 1, 3), None, (0, 1), 15),
+    "negative": (np.array([[0, -1, 2]]), (1, 1, 3), None, (0, 1), 15),
+    "S differs from q's": (np.array([[0, 1]]), (1, 1, 2), None, (0, 1), 15),
+    "batch neither 1 nor B": (np.zeros((3, 3), np.int64), (1, 3, 3), None, (0, 1), 15),
+    "M-RoPE in range": (np.arange(9).reshape(3, 1, 3) % 8, (3, 1, 3), LANES, (0, 1), 0),
+    "M-RoPE past the cache": (np.arange(9).reshape(3, 1, 3), (3, 1, 3), LANES, (0, 1), 15),
+    "M-RoPE without lane channels": (np.zeros((3, 1, 3), np.int64), (3, 1, 3), None, (0, 1), 15),
+    "M-RoPE lane channel 3": (np.zeros((3, 1, 3), np.int64), (3, 1, 3), np.array([3] + [0] * 7), (0, 1), 15),
+    "two channels": (np.zeros((2, 1, 3), np.int64), (2, 1, 3), np.zeros(8, np.int64), (0, 1), 15),
+    "one axis twice": (np.array([[0, 3, 7]]), (1, 1, 3), None, (1, 1), 15),
+    "axis 3": (np.array([[0, 3, 7]]), (1, 1, 3), None, (0, 3), 15),
 }
 
 
 @pytest.mark.parametrize("name", POSITION_CALLS)
 def test_the_positions_entry_checks_every_position_before_writing(kernel, name):
     """q [2, 3, 2, 16] and k [2, 3, 1, 16] rotated on [0, 8) by rows of an 8-row cache: a position outside
-    it, or positions that do not fit q and k, return status 15 with neither tensor written."""
-    positions, shape, status = POSITION_CALLS[name]
+    it, positions that do not fit q and k, or M-RoPE lane channels that do not fit, return status 15 with
+    neither tensor written."""
+    positions, shape, lanes, axes, status = POSITION_CALLS[name]
     rng = np.random.default_rng(3)
     q = rng.uniform(-1, 1, (2, 3, 2, 16)).astype(np.float32)
     k = rng.uniform(-1, 1, (2, 3, 1, 16)).astype(np.float32)
     cos, sin = (rng.uniform(-1, 1, (1, 8, 1, 8)).astype(np.float32) for _ in range(2))
     positions = np.ascontiguousarray(positions, np.int64)
+    lanes = None if lanes is None else np.ascontiguousarray(lanes, np.int64)
     before = q.copy(), k.copy()
     got = kernel.rotate_by_positions(q.ctypes.data, None, k.ctypes.data, None, cos.ctypes.data, sin.ctypes.data,
-                                     positions.ctypes.data, q.shape, k.shape, cos.shape, shape, "float32",
-                                     "float32", 0, 0, 8, False, num_threads=1)
+                                     positions.ctypes.data, shape, None if lanes is None else lanes.ctypes.data,
+                                     axes, q.shape, k.shape, cos.shape, "float32", "float32", 0, 0, 8, False,
+                                     num_threads=1)
     assert got == status
     if status:
         np.testing.assert_array_equal(q, before[0])

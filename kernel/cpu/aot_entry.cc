@@ -13,11 +13,11 @@ extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *s
                              const char *cos_dtype, const char *sin_dtype, int64_t rotary_mode, int64_t start,
                              int64_t end, int conjugate, int num_threads);
 extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_out, const void *cos, const void *sin,
-                                       const int64_t *positions, const int64_t *q_shape, const int64_t *k_shape,
-                                       const int64_t *cache_shape, int64_t positions_batch, int64_t positions_seq,
-                                       const char *dy_dtype,
-                                       const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
-                                       int conjugate, int num_threads);
+                                       const int64_t *positions, const int64_t *positions_shape,
+                                       const int64_t *lane_channels, int64_t batch_axis, int64_t seq_axis,
+                                       const int64_t *q_shape, const int64_t *k_shape, const int64_t *cache_shape,
+                                       const char *dy_dtype, const char *cos_dtype, int64_t rotary_mode,
+                                       int64_t start, int64_t end, int conjugate, int num_threads);
 extern "C" int ms_rotary_cos_sin_grad(const void *y_side, const void *x_side, void *dcos, void *dsin,
                                       const int64_t *dy_shape, const int64_t *cos_shape, const char *dy_dtype,
                                       const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
@@ -91,8 +91,10 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
 }
 
 // params: dy, cos, sin, positions, then the output: dy with its slice rotated by the cache rows the positions
-// pick. cos/sin are the cache [1, P, 1, L], positions int64 [1 or B, S]. A graph rotates q and k with one
-// call each (MindSpore 2.10's CPU AOT kernels take one output); the eager path rotates both in one call.
+// pick. cos/sin are the cache [1, P, 1, L], positions int64 [channels, batch, S] (M-RoPE: 3 channels and the
+// attribute lane_channels); the optional attribute positions_axes is dy's (B axis, S axis), default (0, 1).
+// A graph rotates q and k with one call each (MindSpore 2.10's CPU AOT kernels take one output); the eager
+// path rotates both in one call.
 int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra,
                   bool conjugate) {
   if (nparam != 5 || params == nullptr || ndims == nullptr || shapes == nullptr || dtypes == nullptr) {
@@ -100,9 +102,9 @@ int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const
   }
   for (int i = 0; i < 5; ++i) {
     if (params[i] == nullptr || shapes[i] == nullptr || dtypes[i] == nullptr) return ms_rotary::kBadParamCount;
-    if (ndims[i] != (i == 3 ? 2 : 4)) return i == 3 ? ms_rotary::kBadPositions : ms_rotary::kBadRank;
+    if (i != 3 && ndims[i] != 4) return ms_rotary::kBadRank;
   }
-  if (std::string(dtypes[3]) != "int64") return ms_rotary::kBadPositions;
+  if (std::string(dtypes[3]) != "int64" || ndims[3] != 3) return ms_rotary::kBadPositions;
   if (!same_shape(shapes[0], shapes[4]) || params[4] == params[0]) return ms_rotary::kBadRank;
   auto *attrs = static_cast<AotExtraView *>(extra);
   if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
@@ -110,11 +112,20 @@ int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const
   }
   const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
   if (slice.size() != 2) return ms_rotary::kBadSlice;
+  const int64_t end = ms_rotary::slice_end(slice[0], slice[1], shapes[1]);
+  std::vector<int64_t> axes{0, 1}, lane_channels;
+  if (attrs->HasAttr("positions_axes")) axes = attrs->GetAttrIntVec("positions_axes");
+  if (shapes[3][0] > 1) {
+    if (!attrs->HasAttr("lane_channels")) return ms_rotary::kMissingAttr;
+    lane_channels = attrs->GetAttrIntVec("lane_channels");
+    if (static_cast<int64_t>(lane_channels.size()) != end - slice[0]) return ms_rotary::kBadPositions;
+  }
+  if (axes.size() != 2) return ms_rotary::kBadPositions;
   return ms_rotary_run_positions(params[0], params[4], nullptr, nullptr, params[1], params[2],
-                                 static_cast<const int64_t *>(params[3]), shapes[0], nullptr, shapes[1],
-                                 shapes[3][0], shapes[3][1], dtypes[0], dtypes[1], attrs->GetAttrInt("rotary_mode"),
-                                 slice[0], ms_rotary::slice_end(slice[0], slice[1], shapes[1]), conjugate ? 1 : 0,
-                                 0);
+                                 static_cast<const int64_t *>(params[3]), shapes[3],
+                                 lane_channels.empty() ? nullptr : lane_channels.data(), axes[0], axes[1], shapes[0],
+                                 nullptr, shapes[1], dtypes[0], dtypes[1], attrs->GetAttrInt("rotary_mode"), slice[0],
+                                 end, conjugate ? 1 : 0, 0);
 }
 
 }  // namespace
@@ -185,22 +196,25 @@ extern "C" int ms_rotary_cos_sin_grad(const void *y_side, const void *x_side, vo
                                      num_threads > 0 ? num_threads : configured_threads());
 }
 
-// Plain C entry of a call that gathers cos/sin rows by position: q (and k, when not null) rotated by cache
-// rows positions[b or 0, s]; out pointers null: in place. Both are checked before either is written.
+// Plain C entry of a call that gathers cos/sin rows by position: q (and k, when not null) rotated by the cache
+// rows the positions pick (rotary_kernel.h, Positions; positions_shape is [channels, batch, S]); out
+// pointers null: in place. Both are checked before either is written.
 extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_out, const void *cos, const void *sin,
-                                       const int64_t *positions, const int64_t *q_shape, const int64_t *k_shape,
-                                       const int64_t *cache_shape, int64_t positions_batch, int64_t positions_seq,
-                                       const char *dy_dtype,
-                                       const char *cos_dtype, int64_t rotary_mode, int64_t start, int64_t end,
-                                       int conjugate, int num_threads) {
-  if (q == nullptr || cos == nullptr || sin == nullptr || positions == nullptr || q_shape == nullptr ||
-      cache_shape == nullptr || (k != nullptr && k_shape == nullptr)) {
+                                       const int64_t *positions, const int64_t *positions_shape,
+                                       const int64_t *lane_channels, int64_t batch_axis, int64_t seq_axis,
+                                       const int64_t *q_shape, const int64_t *k_shape, const int64_t *cache_shape,
+                                       const char *dy_dtype, const char *cos_dtype, int64_t rotary_mode,
+                                       int64_t start, int64_t end, int conjugate, int num_threads) {
+  if (q == nullptr || cos == nullptr || sin == nullptr || positions == nullptr || positions_shape == nullptr ||
+      q_shape == nullptr || cache_shape == nullptr || (k != nullptr && k_shape == nullptr)) {
     return ms_rotary::kBadParamCount;
   }
+  if (seq_axis < 0 || seq_axis > 2) return ms_rotary::kBadPositions;
   ms_rotary::RotaryProblem problems[2]{};
   const int heads = k != nullptr ? 2 : 1;
-  // positions holds positions_batch * positions_seq values: S must be positions_seq for every tensor read
-  if (positions_seq != q_shape[1] || (heads == 2 && positions_seq != k_shape[1])) return ms_rotary::kBadPositions;
+  // positions holds channels * batch * S values: S must be the positions' for every tensor read
+  const int64_t seq = positions_shape[2];
+  if (seq != q_shape[seq_axis] || (heads == 2 && seq != k_shape[seq_axis])) return ms_rotary::kBadPositions;
   for (int h = 0; h < heads; ++h) {
     ms_rotary::RotaryProblem &p = problems[h];
     p.dy = h == 0 ? q : k;
@@ -217,8 +231,7 @@ extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_ou
     p.start = start;
     p.end = end;
     p.conjugate = conjugate != 0;
-    p.positions = positions;
-    p.positions_batch = positions_batch;
+    p.positions = {positions, positions_shape[0], positions_shape[1], batch_axis, seq_axis, lane_channels};
     const ms_rotary::Status status = ms_rotary::check_rotary(p);
     if (status != ms_rotary::kOk) return status;
   }

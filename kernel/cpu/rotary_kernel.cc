@@ -308,12 +308,27 @@ inline void rotate_fixed_slice(const T *src, T *dst, const CosSinLanes &cs) {
 struct Geometry {
   int64_t S, N, D, start, end, len;
   int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // 0 on broadcast axes, in rows
-  const int64_t *positions = nullptr;                 // set: cos row = positions[b * positions_b_stride + s]
-  int64_t positions_b_stride = 0;
+  // Gathering by position: dy row (i0, i1, i2) is token i0 * positions_strides[0] + ... of the positions.
+  const int64_t *positions = nullptr;
+  int64_t positions_strides[3] = {0, 0, 0};
+  const int64_t *lane_channels = nullptr;  // M-RoPE: the position channel of each cos lane
+  int64_t channel_stride = 0;
 
+  int64_t token(int64_t b, int64_t s, int64_t n) const {
+    return b * positions_strides[0] + s * positions_strides[1] + n * positions_strides[2];
+  }
   int64_t cos_row(int64_t b, int64_t s, int64_t n) const {
-    return positions != nullptr ? positions[b * positions_b_stride + s]
+    return positions != nullptr ? positions[token(b, s, n)]
                                 : b * cos_b_stride + s * cos_s_stride + n * cos_n_stride;
+  }
+  // M-RoPE: the token's cos/sin, each lane from the cache row its channel's position picks.
+  template <typename U>
+  void gather_lanes(const U *cos, const U *sin, int64_t token_index, U *cos_lanes, U *sin_lanes) const {
+    for (int64_t l = 0; l < len; ++l) {
+      const int64_t row = positions[token_index + lane_channels[l] * channel_stride];
+      cos_lanes[l] = cos[row * len + l];
+      sin_lanes[l] = sin[row * len + l];
+    }
   }
 };
 
@@ -351,14 +366,20 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   constexpr Layout in_layout = CONJ ? ModeLayout<MODE>::y : ModeLayout<MODE>::x;
   constexpr Layout out_layout = CONJ ? ModeLayout<MODE>::x : ModeLayout<MODE>::y;
   CosSinLanes cs;
-  int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once
+  int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once (M-RoPE: each token's)
+  U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
   const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)));
   const bool whole_rows = reads_whole_rows(g, dy == out);
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t cos_row = g.cos_row(b, srow, n);
+    const int64_t cos_row = g.lane_channels != nullptr ? g.token(b, srow, n) : g.cos_row(b, srow, n);
     if (cos_row != cached_cos_row) {
-      split_cos_sin<ModeLayout<MODE>::y>(cos + cos_row * g.len, sin + cos_row * g.len, g.len, cs);
+      if (g.lane_channels != nullptr) {
+        g.gather_lanes(cos, sin, cos_row, cos_lanes, sin_lanes);
+        split_cos_sin<ModeLayout<MODE>::y>(cos_lanes, sin_lanes, g.len, cs);
+      } else {
+        split_cos_sin<ModeLayout<MODE>::y>(cos + cos_row * g.len, sin + cos_row * g.len, g.len, cs);
+      }
       cached_cos_row = cos_row;
     }
     const T *src = dy + row * g.D + g.start;
@@ -497,7 +518,7 @@ void parallel_for(int threads, int64_t count, const Work &work) {
 bool is_empty(const RotaryProblem &p) { return is_empty_work(p.dy_shape, p.cos_shape, p.start, p.end); }
 
 // The rules of a call that gathers cos/sin rows by position: the op's rules for one cos/sin row broadcast over
-// dy, a cache [1, P, 1, len] with P >= 1, positions [1 or B, S], every position in [0, P).
+// dy, a cache [1, P, 1, len] with P >= 1, positions as rotary_kernel.h's Positions says, every one in [0, P).
 Status check_positions(const RotaryProblem &p) {
   const int64_t one_row[4] = {1, 1, 1, p.cos_shape[3]};
   const Status status = check_shapes(p.dy_shape, one_row, one_row, dtype_bytes(p.dy_dtype),
@@ -509,10 +530,18 @@ Status check_positions(const RotaryProblem &p) {
   if (p.cos_shape[0] != 1 || p.cos_shape[2] != 1 || p.cos_shape[1] < 1 || !fits_int64(p.cos_shape, 8)) {
     return kBadPositions;
   }
-  if (p.positions_batch != 1 && p.positions_batch != p.dy_shape[0]) return kBadPositions;
-  const int64_t count = p.positions_batch * p.dy_shape[1], cache_rows = p.cos_shape[1];
+  const Positions &pos = p.positions;
+  const bool axes_ok = pos.batch_axis >= 0 && pos.batch_axis < 3 && pos.seq_axis >= 0 && pos.seq_axis < 3 &&
+                       pos.batch_axis != pos.seq_axis;
+  if (!axes_ok || (pos.batch != 1 && pos.batch != p.dy_shape[pos.batch_axis])) return kBadPositions;
+  if (pos.channels != 1 && (pos.channels != 3 || pos.lane_channels == nullptr)) return kBadPositions;
+  const int64_t len = p.end - p.start;
+  for (int64_t l = 0; pos.channels > 1 && l < len; ++l) {
+    if (pos.lane_channels[l] < 0 || pos.lane_channels[l] >= pos.channels) return kBadPositions;
+  }
+  const int64_t count = pos.channels * pos.batch * p.dy_shape[pos.seq_axis], cache_rows = p.cos_shape[1];
   for (int64_t i = 0; i < count; ++i) {
-    if (p.positions[i] < 0 || p.positions[i] >= cache_rows) return kBadPositions;
+    if (pos.values[i] < 0 || pos.values[i] >= cache_rows) return kBadPositions;
   }
   return kOk;
 }
@@ -602,7 +631,7 @@ DType dtype_from_name(const char *name) {
 Status check_rotary(const RotaryProblem &p) {
   if (p.dy_dtype == kBadDType || p.cos_dtype == kBadDType || p.sin_dtype == kBadDType) return kBadDTypeCode;
   if (p.cos_dtype != p.sin_dtype) return kCosSinMismatch;
-  if (p.positions != nullptr) return check_positions(p);
+  if (p.positions.values != nullptr) return check_positions(p);
   return check_shapes(p.dy_shape, p.cos_shape, p.sin_shape, dtype_bytes(p.dy_dtype), dtype_bytes(p.cos_dtype),
                       p.rotary_mode, p.start, p.end);
 }
@@ -621,8 +650,15 @@ Status run_rotary(const RotaryProblem &p, int num_threads) {
   Geometry g{S, N, p.dy_shape[3], p.start, p.end, p.end - p.start, 0, 0, 0};
   const CosStrides strides = cos_row_strides(p.cos_shape);
   g.cos_b_stride = strides.b, g.cos_s_stride = strides.s, g.cos_n_stride = strides.n;
-  g.positions = p.positions;
-  g.positions_b_stride = p.positions_batch > 1 ? S : 0;
+  const Positions &pos = p.positions;
+  if (pos.values != nullptr) {
+    const int64_t seq = p.dy_shape[pos.seq_axis];
+    g.positions = pos.values;
+    g.positions_strides[pos.seq_axis] = 1;
+    g.positions_strides[pos.batch_axis] = pos.batch > 1 ? seq : 0;
+    g.lane_channels = pos.channels > 1 ? pos.lane_channels : nullptr;
+    g.channel_stride = pos.batch * seq;
+  }
   const RowFn fn = p.conjugate ? pick_instance<PickRotateRows<true>>(p.rotary_mode, p.dy_dtype, p.cos_dtype)
                                : pick_instance<PickRotateRows<false>>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
   const int64_t rows = B * S * N;

@@ -9,6 +9,19 @@
 
 namespace ms_rotary {
 
+// How a call that gathers cos/sin rows by position finds the row of each dy row. values is int64
+// [channels, batch, S], each in [0, P) for a cache of P rows; batch is 1 or dy's B; dy's axes batch_axis and
+// seq_axis hold B and S (BSND 0, 1; SBND 1, 0; BNSD 0, 2). One channel: the row is the token's position.
+// Three (M-RoPE: time, height, width): cos/sin lane l comes from the row of position channel lane_channels[l].
+struct Positions {
+  const int64_t *values = nullptr;  // null: no gather, cos/sin broadcast to dy
+  int64_t channels = 1;
+  int64_t batch = 1;
+  int64_t batch_axis = 0;
+  int64_t seq_axis = 1;
+  const int64_t *lane_channels = nullptr;  // [end - start] when channels > 1
+};
+
 struct RotaryProblem {
   void *dy;                // [B, S, N, D], rotated in place on [start, end) unless `out` is set
   void *out;               // null: in place; else [B, S, N, D] receiving dy with the slice rotated
@@ -24,11 +37,8 @@ struct RotaryProblem {
   int64_t start;
   int64_t end;
   bool conjugate;          // false: forward y = x*cos + rot(x)*sin; true: its transpose (the grad)
-  // Optional: the cos/sin row of dy row (b, s, n) is positions[b * (positions_batch > 1) * S + s], cos/sin
-  // being a cache [1, P, 1, end - start] and positions [positions_batch, S] int64 in [0, P), positions_batch
-  // 1 or B. Null: cos/sin broadcast to dy as above.
-  const int64_t *positions = nullptr;
-  int64_t positions_batch = 0;
+  // Optional: cos/sin rows gathered by position from a cache [1, P, 1, end - start] (see Positions).
+  Positions positions;
 };
 
 // The most threads one call uses (a requested count above it is capped; $MS_ROTARY_NUM_THREADS above it is
