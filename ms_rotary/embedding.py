@@ -15,11 +15,22 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint, nn, ops
 from mindspore.graph.api import _pynative_executor
+from mindspore.ops import functional as F
+from mindspore.ops.auto_generate import Identity, InplaceCopy
 
 from . import library, numpy_kernel, routes
 from .backend import choose_backend
 from .constraints import FLOAT_DTYPES, check_dtypes, check_shapes, element_dtype, normalize_mode
-from .kernels import _HOST_DTYPES, DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, _host_array, _host_float32, reg_info
+from .functions import CONSTANT_TARGET_ERROR, advance_version
+from .kernels import (
+    _HOST_DTYPES,
+    DTYPE_NAMES,
+    EAGER_OUT_OF_PLACE_MIN_SIZE,
+    _host_array,
+    _host_float32,
+    alias_after_write,
+    reg_info,
+)
 from .modes import lane_pairs
 from .rope_config import RopeConfig
 from .rope_scaling import rope_type_of
@@ -113,14 +124,17 @@ class _GatherKernel(nn.Cell):
             return self.run_now(inputs[:heads], *inputs[heads:])
         return super().__call__(*inputs)
 
-    def run_now(self, tensors, cos, sin, positions):
-        """Eagerly, on host memory: new tensors with the slices rotated. No op of its own joins MindSpore's queue
-        (each would cost a round trip through it before the kernel could run): positions are read on the host,
-        the results are numpy buffers the new tensors share."""
+    def run_now(self, tensors, cos, sin, positions, in_place=False):
+        """Eagerly, on host memory: new tensors with the slices rotated (in_place: the tensors themselves,
+        contiguous). No op of its own joins MindSpore's queue (each would cost a round trip through it before
+        the kernel could run): positions are read on the host, the results are numpy buffers the new tensors
+        share."""
         call = self.call
         positions = _host_positions(positions, call.channels)
         _check(call, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, positions.shape)
         _check_positions_range(positions, cos.shape[1])
+        if in_place:
+            return self._run_in_place(tensors, cos, sin, positions)
         tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
         dy_dtype, cos_dtype = DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)]
         # Small results in fresh numpy buffers (no queue round trip); large ones from MindSpore's memory pool,
@@ -145,12 +159,46 @@ class _GatherKernel(nn.Cell):
         return tuple(outs) if pooled else tuple(_tensor_sharing(out, dy_dtype) for out in outs)
 
 
+    def _run_in_place(self, tensors, cos, sin, positions):
+        call = self.call
+        dy_dtype, cos_dtype = DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)]
+        _pynative_executor.sync()  # the ops that produce q and k have run
+        if self.backend == "aot":
+            k = tensors[1].data_ptr() if call.heads == 2 else None
+            status = library.load().rotate_by_positions(
+                tensors[0].data_ptr(), None, k, None, cos.data_ptr(), sin.data_ptr(), positions.ctypes.data,
+                positions.shape, _lane_channels_pointer(call), call.axes, tensors[0].shape,
+                tensors[1].shape if call.heads == 2 else None, cos.shape, dy_dtype, cos_dtype, call.rotary_mode,
+                call.start, call.end, call.conjugate)
+            library.raise_for_status(status)
+        else:
+            rotated = [_numpy_gather_rotate(call, _host_float32(t), _host_float32(cos), _host_float32(sin),
+                                            positions) for t in tensors]  # all computed before any write
+            for tensor, values in zip(tensors, rotated):
+                _host_array(tensor)[...] = numpy_kernel.from_float32(values, dy_dtype)
+        return tuple(tensors)
+
+
+# Straight-line constructs (graph second-order autodiff needs them): the compiled kernel returns q's dtype;
+# the numpy kernel returns fp32, cast to q's. Only the numpy ones cast: a graph that writes the result into q
+# (inplace=True) and then read q by an fp32 astype of its own saw q before the write when an fp32 -> fp32 Cast
+# sat between (MindSpore 2.10, CPU).
 class _GatherKernelQ(_GatherKernel):
-    def construct(self, q, cos, sin, positions):  # straight-line: graph second-order autodiff needs it
-        return (self.prim(q, cos, sin, positions).astype(q.dtype),)
+    def construct(self, q, cos, sin, positions):
+        return (self.prim(q, cos, sin, positions),)
 
 
 class _GatherKernelQK(_GatherKernel):
+    def construct(self, q, k, cos, sin, positions):
+        return self.prim(q, cos, sin, positions), self.prim(k, cos, sin, positions)
+
+
+class _NumpyGatherKernelQ(_GatherKernel):
+    def construct(self, q, cos, sin, positions):
+        return (self.prim(q, cos, sin, positions).astype(q.dtype),)
+
+
+class _NumpyGatherKernelQK(_GatherKernel):
     def construct(self, q, k, cos, sin, positions):
         return self.prim(q, cos, sin, positions).astype(q.dtype), self.prim(k, cos, sin, positions).astype(k.dtype)
 
@@ -217,7 +265,8 @@ class _GatherRotary(nn.Cell):
     def __init__(self, call, backend, device_target, transpose_of=None):
         super().__init__()
         self.call, self.device_target = call, device_target
-        self.kernel = (_GatherKernelQK if call.heads == 2 else _GatherKernelQ)(call, backend, device_target)
+        kernels = (_GatherKernelQ, _GatherKernelQK) if backend == "aot" else (_NumpyGatherKernelQ, _NumpyGatherKernelQK)
+        self.kernel = kernels[call.heads - 1](call, backend, device_target)
         self.no_grads = _NoGrads(device_target)
         transpose = transpose_of or type(self)(call.transpose(), backend, device_target, transpose_of=self)
         object.__setattr__(self, "transpose", transpose)
@@ -255,8 +304,8 @@ class _GatherRotaryQ(_GatherRotary):
     def construct(self, q, cos, sin, positions):
         return self.kernel(q, cos, sin, positions)[0]
 
-    def bprop(self, q, cos, sin, positions, out, dout):
-        return (self.transpose(dout, cos, sin, positions), *self.no_grads(cos, sin, positions))
+    def bprop(self, q, cos, sin, positions, out, dout):  # dout may come in another dtype (InplaceCopy's bprop)
+        return (self.transpose(dout, cos, sin, positions).astype(q.dtype), *self.no_grads(cos, sin, positions))
 
 
 class _GatherRotaryQK(_GatherRotary):
@@ -264,7 +313,8 @@ class _GatherRotaryQK(_GatherRotary):
         return self.kernel(q, k, cos, sin, positions)
 
     def bprop(self, q, k, cos, sin, positions, out, dout):
-        return (*self.transpose(dout[0], dout[1], cos, sin, positions), *self.no_grads(cos, sin, positions))
+        dq, dk = self.transpose(dout[0], dout[1], cos, sin, positions)
+        return (dq.astype(q.dtype), dk.astype(k.dtype), *self.no_grads(cos, sin, positions))
 
 
 def _positions_argument(positions, channels):
@@ -284,6 +334,11 @@ def _positions_argument(positions, channels):
     return positions
 
 
+def _overlap(a, b):
+    a_begin, b_begin = a.data_ptr(), b.data_ptr()
+    return a_begin < b_begin + b.nbytes and b_begin < a_begin + a.nbytes
+
+
 def mrope_lane_channels(rotary_mode, rotary_dim, mrope_section, mrope_interleaved):
     """The position channel of each cos/sin lane: the frequency of pair k sits on lanes ya[k] and yb[k]."""
     frequency_channels = mrope_channels(mrope_section, bool(mrope_interleaved), rotary_dim // 2)
@@ -297,7 +352,7 @@ def mrope_lane_channels(rotary_mode, rotary_dim, mrope_section, mrope_interleave
 class RotaryEmbedding(nn.Cell):
     """RotaryEmbedding(head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
     max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None, layout="BSND",
-    mrope_section=None, mrope_interleaved=False)
+    mrope_section=None, mrope_interleaved=False, inplace=False)
 
     `rope(q, k, positions)` -> (q_rot, k_rot); `rope(q, None, positions)` -> q_rot. q [B, S, Nq, D] and k
     [B, S, Nk, D] (their own head counts: GQA, MQA; layout "SBND": [S, B, N, D], "BNSD": [B, N, S, D]) of one
@@ -306,12 +361,14 @@ class RotaryEmbedding(nn.Cell):
     (time, height, width), each lane's cos/sin read at its channel's position. The cache holds cos/sin for
     positions [0, cache_positions) (default max_position_embeddings), computed in float64 and stored in
     cache_dtype: fp32 by default; a bf16 cache rounds cos/sin to 8 bits, whose angle error grows with the
-    position. Use `from_config` for a model.
+    position. inplace=True writes q and k themselves (contiguous, apart) and returns them: eagerly by the
+    kernel, in a graph through MindSpore's InplaceCopy (gradients as out of place); refused while PyNative
+    autograd records their gradient. Use `from_config` for a model.
     """
 
     def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
                  max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
-                 layout="BSND", mrope_section=None, mrope_interleaved=False):
+                 layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False):
         super().__init__()
         mode = normalize_mode(rotary_mode)
         if mode == 2:
@@ -347,18 +404,20 @@ class RotaryEmbedding(nn.Cell):
             raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
         call = _GatherCall(mode, start, end, False, 1, LAYOUT_AXES[layout], lane_channels)
         self.channels = call.channels
+        self.inplace = bool(inplace)
+        self.before_write, self.inplace_copy = Identity(), InplaceCopy()
         self.rotate_q = _GatherRotaryQ(call, backend, device_target)
         self.rotate_qk = _GatherRotaryQK(dataclasses.replace(call, heads=2), backend, device_target)
 
     @classmethod
     def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
-                    layout="BSND"):
+                    layout="BSND", inplace=False):
         """From a Hugging Face config (dict or object): RopeConfig.from_config's facts (M-RoPE included), a
         cache of cache_positions (default max_position_embeddings) positions."""
         rope = RopeConfig.from_config(config, rotary_mode)
         return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
                    rope.max_position_embeddings, cache_positions, cache_dtype, backend, layout, rope.mrope_section,
-                   rope.mrope_interleaved)
+                   rope.mrope_interleaved, inplace)
 
     def __call__(self, q, k=None, positions=None):
         if positions is None:
@@ -374,12 +433,37 @@ class RotaryEmbedding(nn.Cell):
         if k is not None and k.dtype != q.dtype:
             raise TypeError(f"{_PREFIX}: q and k must share a dtype, got {q.dtype} and {k.dtype}")
         positions = _positions_argument(positions, self.channels)
-        if routes.current() is Route.EAGER and routes.on_host(self.rotate_q.device_target):
+        route = routes.current()
+        if self.inplace and route is not Route.TRACED:
+            return self._rotate_in_place_now(q, k, positions, route)
+        if route is Route.EAGER and routes.on_host(self.rotate_q.device_target):
             # nothing records: the kernel runs now, past the Cell machinery
             outs = (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
                 (q,) if k is None else (q, k), self.cos_cache, self.sin_cache, positions)
             return outs[0] if k is None else outs
         return super().__call__(q, k, positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
+
+    def _rotate_in_place_now(self, q, k, positions, route):
+        """inplace=True outside a graph: the kernel writes q and k (checked first), whose version counters then
+        move as MindSpore's own in-place ops move them."""
+        tensors = (q,) if k is None else (q, k)
+        for name, tensor in zip(("q", "k"), tensors):
+            if route is Route.RECORDING and tensor._requires_grad:
+                raise ValueError(f"{_PREFIX}: inplace=True cannot write {name} while PyNative autograd records "
+                                 f"its gradient; use the default out-of-place layer (inplace=False) to train")
+            if not tensor.is_contiguous():
+                raise ValueError(f"{_PREFIX}: inplace=True writes {name} in place, but {name} "
+                                 f"{tuple(tensor.shape)} is a non-contiguous view; pass a contiguous tensor or "
+                                 f"use the out-of-place layer")
+        if k is not None and _overlap(q, k):
+            raise ValueError(f"{_PREFIX}: inplace=True needs q and k in memory of their own; they overlap")
+        if not routes.on_host(self.rotate_q.device_target):
+            raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
+        (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(tensors, self.cos_cache, self.sin_cache,
+                                                                        positions, in_place=True)
+        for tensor in tensors:
+            advance_version(tensor, tensor._version + 1)
+        return q if k is None else (q, k)
 
     def construct(self, q, k, positions):
         positions = positions.astype(ms.int64)  # -> [channels, 1|B, S], as the kernel reads them
@@ -387,9 +471,31 @@ class RotaryEmbedding(nn.Cell):
             positions = positions.reshape(self.channels, 1, -1)
         elif self.channels == 1:
             positions = positions.reshape(1, positions.shape[0], positions.shape[1])
+        if self.inplace:
+            return self._construct_in_place(q, k, positions)
         if k is None:
             return self.rotate_q(q, self.cos_cache, self.sin_cache, positions)
         return self.rotate_qk(q, k, self.cos_cache, self.sin_cache, positions)
+
+    def _construct_in_place(self, q, k, positions):
+        """Traced: the rotation of copies taken ahead of the writes (as the in-place ops do: MindSpore 2.10
+        otherwise hands a bprop the written tensor in chained and control-flow calls; bf16 is copied by its
+        exact fp32 cast and rounded once after), then MindSpore's InplaceCopy into q and k."""
+        if F.isconstant(q):
+            raise ValueError(CONSTANT_TARGET_ERROR.format(name="q"))
+        q_before = q.astype(ms.float32) if q.dtype == ms.bfloat16 else self.before_write(q)
+        if k is None:
+            q_rot = self.rotate_q(q_before, self.cos_cache, self.sin_cache, positions)
+            q_rot = q_rot.astype(q.dtype) if q.dtype == ms.bfloat16 else q_rot
+            return alias_after_write(q, self.inplace_copy(q, q_rot))
+        if F.isconstant(k):
+            raise ValueError(CONSTANT_TARGET_ERROR.format(name="k"))
+        k_before = k.astype(ms.float32) if k.dtype == ms.bfloat16 else self.before_write(k)
+        q_rot, k_rot = self.rotate_qk(q_before, k_before, self.cos_cache, self.sin_cache, positions)
+        if q.dtype == ms.bfloat16:  # rounded once, from fp32 (an fp32 -> fp32 Cast here loses the write)
+            q_rot, k_rot = q_rot.astype(q.dtype), k_rot.astype(k.dtype)
+        return (alias_after_write(q, self.inplace_copy(q, q_rot)),
+                alias_after_write(k, self.inplace_copy(k, k_rot)))
 
     def extend_repr(self):
         mrope = "" if self.channels == 1 else ", M-RoPE"

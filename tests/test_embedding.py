@@ -306,3 +306,79 @@ def test_from_config_rotates_mrope_q_and_k_as_transformers_does(family):
     q_rot, k_rot = layer(ms.Tensor(q), ms.Tensor(k), positions)
     for got, expected in ((q_rot, q_hf), (k_rot, k_hf)):
         np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inplace_writes_q_and_k_as_the_out_of_place_layer_computes_them(dtype, backend):
+    """Eagerly (nothing recording): the same tensors come back, holding the out-of-place result bit for bit,
+    their version counters moved; with k=None only q is written."""
+    rng = np.random.default_rng(31)
+    q, _ = random_tensor(rng, (B, S, NQ, D), dtype)
+    k, _ = random_tensor(rng, (B, S, NK, D), dtype)
+    expected = _layer(3, backend=backend)(q, k, POSITIONS)
+    layer = _layer(3, backend=backend, inplace=True)
+    versions = q._version, k._version
+    q_out, k_out = layer(q, k, POSITIONS)
+    assert q_out is q and k_out is k
+    assert q._version > versions[0] and k._version > versions[1]
+    for got, want in zip((q, k), expected):
+        np.testing.assert_array_equal(raw_bits(got), raw_bits(want))
+    k_before = raw_bits(k).copy()
+    assert layer(q, None, POSITIONS) is q
+    np.testing.assert_array_equal(raw_bits(k), k_before)
+
+
+@pytest.mark.parametrize("exec_mode", ["ms.jit", "GRAPH_MODE"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inplace_in_a_graph_writes_q_and_k_with_the_out_of_place_gradients(dtype, exec_mode):
+    """Traced: q and k computed in the graph are rotated in place by InplaceCopy; value and gradients equal
+    the out-of-place layer's, the graph reading q and k themselves after the call. bf16 meets MindSpore 2.10's
+    missing bf16 TensorMove (an error, as with its own Tensor.copy_ and the in-place ops, never numbers)."""
+    rng = np.random.default_rng(37)
+    q, _ = random_tensor(rng, (B, S, NQ, D), dtype)
+    k, _ = random_tensor(rng, (B, S, NK, D), dtype)
+    wq, _ = random_tensor(rng, (B, S, NQ, D), "float32")
+    wk, _ = random_tensor(rng, (B, S, NK, D), "float32")
+    positions = ms.Tensor(POSITIONS)
+
+    class Loss(ms.nn.Cell):
+        def __init__(self, inplace):
+            super().__init__()
+            self.layer, self.read_written = _layer(1, inplace=inplace), inplace
+
+        def construct(self, q, k):
+            q2, k2 = q * 2, k * 2
+            q_rot, k_rot = self.layer(q2, k2, positions)
+            if self.read_written:  # q2 and k2 themselves (self.layer.inplace here: MindSpore loses the write)
+                q_rot, k_rot = q2, k2
+            return (q_rot.astype(ms.float32) * wq).sum() + (k_rot.astype(ms.float32) * wk).sum()
+
+    results = []
+    for inplace in (True, False):
+        loss = Loss(inplace)
+        if inplace and dtype == "bfloat16":
+            with pytest.raises(TypeError, match=r"Select CPU operator\[TensorMove\] fail"):
+                _run(exec_mode, loss, q, k)
+            return
+        grads = _run(exec_mode, ms.grad(loss, grad_position=(0, 1)), q, k)
+        results.append([raw_bits(t.reshape(-1)) for t in (_run(exec_mode, loss, q, k), *grads)])
+    for got, expected in zip(*results):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda layer, q, k: ms.grad(lambda q: layer(q * 1, None, np.arange(S)).sum())(q),
+     "cannot write q while PyNative autograd records"),
+    (lambda layer, q, k: layer(q.transpose(0, 2, 1, 3).transpose(0, 2, 1, 3)[:, :, :2], None, np.arange(S)),
+     "q .* is a non-contiguous view"),
+    (lambda layer, q, k: layer(q, q, np.arange(S)), "q and k in memory of their own"),
+])
+def test_inplace_refusals_write_nothing(call, match):
+    rng = np.random.default_rng(41)
+    q, _ = random_tensor(rng, (1, S, NQ, D), "float32")
+    k, _ = random_tensor(rng, (1, S, NQ, D), "float32")
+    before = q.asnumpy().copy()
+    with pytest.raises(ValueError, match=match):
+        call(_layer(0, inplace=True), q, k)
+    np.testing.assert_array_equal(q.asnumpy(), before)
