@@ -3,9 +3,9 @@
 
     python -m benchmarks.train_step_profile [--shape NAME]
 
-Prints, per variant, the step's kernel time by op type and the rotary's own ops (Custom for ms_rotary; the
-slices, products and joins of the plain-ops rotary) against the rest. The rest differs between variants with
-the same ops on the same shapes: MindSpore schedules the graphs differently (benchmarks/NOTES.md)."""
+Prints, per variant, the kernel time per step of the rotary's own ops (those under the blocks' `rope` cells,
+forward and backward) and of the rest. The rest can differ between variants with the same ops on the same
+shapes: MindSpore schedules graphs of different sizes differently (benchmarks/NOTES.md)."""
 import argparse
 import collections
 import csv
@@ -18,9 +18,6 @@ from mindspore.profiler import Profiler
 
 from benchmarks.train_step import GRAPH_WARMUP_STEPS, ROTARIES, SHAPES, make_step
 
-# Op types only a rotary adds to the block (the attention itself uses MatMul, Transpose, Softmax, ...).
-ROTARY_OP_TYPES = {"Custom", "StridedSlice", "StridedSliceGrad", "Slice", "SliceGrad", "Stack", "Unstack", "Concat",
-                   "Split", "AddN", "Sub", "InplaceCopy", "Identity", "Cast"}
 PROFILED_STEPS = 3
 
 
@@ -35,11 +32,12 @@ def profile(shape, rotary, directory):
     out.asnumpy()
     profiler.stop()
     profiler.analyse()
-    path = glob.glob(os.path.join(directory, "**", "cpu_op_type_info_0.csv"), recursive=True)[0]
-    per_type = collections.Counter()
-    for row in csv.DictReader(open(path)):
-        per_type[row["op_type"]] += float(row["total_compute_time"]) / PROFILED_STEPS
-    return per_type
+    path = glob.glob(os.path.join(directory, "**", "cpu_op_detail_info_0.csv"), recursive=True)[0]
+    rotary, rest = collections.Counter(), collections.Counter()
+    for row in csv.DictReader(open(path)):  # the blocks' rotary cells are named `rope`: their ops, forward and grad
+        side = rotary if "/rope-" in row["full_op_name"] else rest
+        side[row["op_type"]] += float(row["op_total_time(ms)"]) / PROFILED_STEPS
+    return rotary, rest
 
 
 def main():
@@ -50,14 +48,12 @@ def main():
     ms.set_context(mode=ms.GRAPH_MODE)
     print(f"{args.shape}, GRAPH_MODE fp32, kernel ms per step (profiler, {PROFILED_STEPS} steps after "
           f"{GRAPH_WARMUP_STEPS} warm-up)")
-    # Mul is both the plain rotary's and the loss's: counted with the rest, so the plain share is a floor.
     for rotary in ROTARIES:
         with tempfile.TemporaryDirectory() as directory:
-            per_type = profile(SHAPES[args.shape], rotary, directory)
-        rotary_ms = sum(t for op, t in per_type.items() if op in ROTARY_OP_TYPES)
-        rest = sum(t for op, t in per_type.items() if op not in ROTARY_OP_TYPES)
-        top = ", ".join(f"{op} {t:.1f}" for op, t in per_type.most_common(4))
-        print(f"{rotary:16s} rotary ops {rotary_ms:6.1f} ms, the rest {rest:6.1f} ms (largest: {top})", flush=True)
+            rotary_ops, rest = profile(SHAPES[args.shape], rotary, directory)
+        ops = ", ".join(f"{op} {t:.1f}" for op, t in rotary_ops.most_common(4)) or "none"
+        print(f"{rotary:16s} rotary {sum(rotary_ops.values()):6.1f} ms ({ops}), the rest {sum(rest.values()):6.1f} ms "
+              f"(MatMul {rest['MatMul']:.1f}, BatchMatMul {rest['BatchMatMul']:.1f})", flush=True)
 
 
 if __name__ == "__main__":
