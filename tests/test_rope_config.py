@@ -180,5 +180,6 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
             np.zeros((3, 4), np.int64))
     with pytest.raises(ValueError, match=r"M-RoPE positions of shape \(4,\) do not fit"):
         RopeConfig.from_config(new).cos_sin(np.arange(4))
-    with pytest.raises(ValueError, match="uses M-RoPE .* which the layer does not gather yet"):
-        ms_rotary.RotaryEmbedding.from_config(new, cache_positions=16)
+    layer = ms_rotary.RotaryEmbedding.from_config(new, cache_positions=16)  # M-RoPE: takes [3, S] positions
+    with pytest.raises(ValueError, match=r"must be \[3, S\] or \[3, B, S\]"):
+        layer(ms.Tensor(np.zeros((1, 4, 2, 64), np.float32)), None, np.arange(4))
