@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import BACKENDS, DTYPES, TOLERANCE, random_tensor, raw_bits, to_float64
 from reference import rotary_forward, rotary_grad
-from test_rope_config import FAMILIES, MROPE, ROTATED_PART_ONLY, transformers_family
+from test_rope_config import FAMILIES, MROPE, ROTATED_PART_ONLY, mrope_family, transformers_family
 
 import ms_rotary
 from ms_rotary import RotaryEmbedding
@@ -285,22 +285,14 @@ def test_from_config_rotates_q_and_k_as_transformers_does(family):
 def test_from_config_rotates_mrope_q_and_k_as_transformers_does(family):
     """Qwen2-VL and Qwen3-VL: the layer from the config, [3, B, S] positions that differ per channel, against
     transformers' own rotary class and apply function."""
-    transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    import importlib
-
-    config_name, module_name, rotary_name, section = MROPE[family]
-    config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=1,
-                                                head_dim=32, rope_parameters={"rope_type": "default",
-                                                                              "rope_theta": 10000.0,
-                                                                              "mrope_section": section})
-    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    layer = RotaryEmbedding.from_config(config.to_dict() | {"model_type": module_name}, cache_positions=3000)
+    config, config_json, module, rotary_class, _ = mrope_family(family, kv_heads=1)
+    layer = RotaryEmbedding.from_config(config_json, cache_positions=3000)
     rng = np.random.default_rng(29)
     positions = rng.integers(0, 3000, (3, 1, 9))
     q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
     k = rng.uniform(-1, 1, (1, 9, 1, 32)).astype(np.float32)
-    cos_hf, sin_hf = getattr(module, rotary_name)(config)(torch.zeros(1), torch.tensor(positions))
+    cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
     q_hf, k_hf = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(k).transpose(1, 2),
                                              cos_hf, sin_hf)
     q_rot, k_rot = layer(ms.Tensor(q), ms.Tensor(k), positions)

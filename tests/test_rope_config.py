@@ -140,23 +140,30 @@ MROPE = {  # text config class, module, rotary class, its kwargs (head_dim 32: 1
 }
 
 
-@pytest.mark.parametrize("family", MROPE)
-def test_mrope_tables_rotate_as_transformers_does(family):
-    """Time, height and width positions that differ, [3, B, S]: the family's section layout decides which
-    position turns each frequency."""
+def mrope_family(family, kv_heads=2):
+    """(transformers text config, its config.json as a dict, modeling module, rotary class, section) of an
+    MROPE entry; skips without transformers."""
     transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
     config_name, module_name, rotary_name, section = MROPE[family]
-    config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
+    config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=kv_heads,
                                                 head_dim=32, rope_parameters={"rope_type": "default",
                                                                               "rope_theta": 10000.0,
                                                                               "mrope_section": section})
     module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    rope = RopeConfig.from_config(config.to_dict() | {"model_type": module_name})
-    assert rope.mrope_section == tuple(section) and rope.mrope_interleaved == (module_name == "qwen3_vl")
+    return config, config.to_dict() | {"model_type": module_name}, module, getattr(module, rotary_name), section
+
+
+@pytest.mark.parametrize("family", MROPE)
+def test_mrope_tables_rotate_as_transformers_does(family):
+    """Time, height and width positions that differ, [3, B, S]: the family's section layout decides which
+    position turns each frequency."""
+    torch = pytest.importorskip("torch")
+    config, config_json, module, rotary_class, section = mrope_family(family)
+    rope = RopeConfig.from_config(config_json)
+    assert rope.mrope_section == tuple(section) and rope.mrope_interleaved == (config_json["model_type"] == "qwen3_vl")
     rng = np.random.default_rng(7)
     positions = rng.integers(0, 3000, (3, 1, 9))
-    cos_hf, sin_hf = getattr(module, rotary_name)(config)(torch.zeros(1), torch.tensor(positions))
+    cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
     q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
     expected, _ = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(q).transpose(1, 2),
                                               cos_hf, sin_hf)
