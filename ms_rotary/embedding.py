@@ -5,8 +5,10 @@
 
 The kernel reads each token's cos/sin row from the cache at its position (no gathered table is built) and
 rotates q and k in one call; the backward is the same call transposed. Decoding passes the new tokens'
-positions; packed sequences are B = 1 with positions that restart per sequence. CPU (the compiled kernel, or
-the numpy fallback); PyNative, ms.jit and GRAPH_MODE; out of place, gradients for q and k to any order."""
+positions; packed sequences are B = 1 with positions that restart per sequence. Every mode (M-RoPE and
+quarter mode read each lane at the position of its own channel), BSND/SBND/BNSD. CPU (the compiled kernel, or
+the numpy fallback); PyNative, ms.jit and GRAPH_MODE; out of place with gradients for q and k to any order,
+or in place."""
 import dataclasses
 import functools
 import numbers
@@ -54,11 +56,15 @@ class _GatherCall:
     conjugate: bool
     heads: int  # 1: q alone, 2: q and k
     axes: tuple = LAYOUT_AXES["BSND"]
-    lane_channels: tuple = None  # M-RoPE: the position channel (0 time, 1 height, 2 width) of each cos lane
+    # Several positions per token: the channel each cos lane reads its position from. M-RoPE: 0 time, 1 height,
+    # 2 width; quarter mode (ChatGLM-6B): 0 the token's position, 1 its block position.
+    lane_channels: tuple = None
 
     @property
     def channels(self):
-        return 1 if self.lane_channels is None else 3
+        if self.lane_channels is None:
+            return 1
+        return 2 if self.rotary_mode == 2 else 3
 
     def transpose(self):
         return dataclasses.replace(self, conjugate=not self.conjugate)
@@ -80,10 +86,15 @@ def _check(call, q_shape, k_shape, positions_shape):
                          f"{_positions_rule(call.channels, batch, seq)}")
 
 
-def _positions_rule(channels, batch, seq):
-    if channels == 1:
-        return f"[S] or [B, S] = [{batch}, {seq}]"
-    return f"[3, S] or [3, B, S] = [3, {batch}, {seq}] (M-RoPE: time, height, width)"
+_POSITIONS_FORMS = {1: ("[S] or [B, S]", "[{b}, {s}]", ""),
+                   2: ("[S, 2] or [B, S, 2]", "[{b}, {s}, 2]", " (quarter mode: token and block position)"),
+                   3: ("[3, S] or [3, B, S]", "[3, {b}, {s}]", " (M-RoPE: time, height, width)")}
+
+
+def _positions_rule(channels, batch=None, seq=None):
+    """The positions a layer takes, with q's B and S when known."""
+    forms, shape, what = _POSITIONS_FORMS[channels]
+    return forms + (f" = {shape.format(b=batch, s=seq)}" if batch is not None else "") + what
 
 
 class _GatherKernel(nn.Cell):
@@ -125,12 +136,13 @@ class _GatherKernel(nn.Cell):
         return super().__call__(*inputs)
 
     def run_now(self, tensors, cos, sin, positions, in_place=False):
-        """Eagerly, on host memory: new tensors with the slices rotated (in_place: the tensors themselves,
-        contiguous). No op of its own joins MindSpore's queue (each would cost a round trip through it before
-        the kernel could run): positions are read on the host, the results are numpy buffers the new tensors
-        share."""
+        """Eagerly, on host memory, by positions [channels, 1|B, S]: new tensors with the slices rotated
+        (in_place: the tensors themselves, contiguous). No op of its own joins MindSpore's queue (each would
+        cost a round trip through it before the kernel could run): positions are read on the host, the
+        results are numpy buffers the new tensors share."""
         call = self.call
-        positions = _host_positions(positions, call.channels)
+        positions = np.ascontiguousarray(positions.asnumpy() if isinstance(positions, ms.Tensor) else positions,
+                                         np.int64)  # [channels, 1|B, S]: the layer's construct or __call__ made it
         _check(call, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, positions.shape)
         _check_positions_range(positions, cos.shape[1])
         if in_place:
@@ -227,9 +239,11 @@ def _lane_channels_pointer(call):
 
 
 def _host_positions(positions, channels):
-    """int64 [channels, 1|B, S] on the host, C-contiguous, from a tensor or an array of integers ([S] or
-    [B, S]; M-RoPE [3, S] or [3, B, S])."""
+    """int64 [channels, 1|B, S] on the host, C-contiguous, from a tensor or an array of integers in the form
+    the layer takes (_positions_rule)."""
     array = positions.asnumpy() if isinstance(positions, ms.Tensor) else np.asarray(positions)
+    if channels == 2:
+        array = np.moveaxis(array, -1, 0)
     shape = (channels, 1, -1) if array.ndim - (channels > 1) == 1 else (channels, *array.shape[-2:])
     return np.ascontiguousarray(array.reshape(shape), np.int64)
 
@@ -319,7 +333,7 @@ class _GatherRotaryQK(_GatherRotary):
 
 def _positions_argument(positions, channels):
     """An integer tensor, or anything numpy makes an integer array of (kept as int64 numpy: an eager call
-    reads it on the host), of rank 1 or 2 (M-RoPE: 2 or 3, the first axis of 3 channels)."""
+    reads it on the host), of the form _positions_rule states."""
     if not isinstance(positions, ms.Tensor):
         array = np.asarray(positions)
         if array.dtype.kind not in "iu":
@@ -327,10 +341,11 @@ def _positions_argument(positions, channels):
         positions = array.astype(np.int64)
     elif positions.dtype not in (ms.int64, ms.int32, ms.int16, ms.int8, ms.uint8):
         raise TypeError(f"{_PREFIX}: positions must be an integer tensor, got dtype {positions.dtype}")
-    mrope = channels > 1
-    if positions.ndim not in ((2, 3) if mrope else (1, 2)) or (mrope and positions.shape[0] != 3):
-        raise ValueError(f"{_PREFIX}: positions of shape {tuple(positions.shape)} must be "
-                         f"{'[3, S] or [3, B, S] (M-RoPE: time, height, width)' if mrope else '[S] or [B, S]'}")
+    shape = tuple(positions.shape)
+    fits = {1: len(shape) in (1, 2), 2: len(shape) in (2, 3) and shape[-1] == 2,
+            3: len(shape) in (2, 3) and shape[0] == 3}[channels]
+    if not fits:
+        raise ValueError(f"{_PREFIX}: positions of shape {shape} must be {_positions_rule(channels)}")
     return positions
 
 
@@ -358,7 +373,8 @@ class RotaryEmbedding(nn.Cell):
     [B, S, Nk, D] (their own head counts: GQA, MQA; layout "SBND": [S, B, N, D], "BNSD": [B, N, S, D]) of one
     float dtype, D = head_dim; positions integer [S] or [B, S], each in [0, cache_positions). M-RoPE (an
     mrope_section of three frequency counts; mrope_interleaved for Qwen3-VL): positions [3, S] or [3, B, S]
-    (time, height, width), each lane's cos/sin read at its channel's position. The cache holds cos/sin for
+    (time, height, width), each lane's cos/sin read at its channel's position; quarter mode (rotary_mode 2,
+    ChatGLM-6B): positions [S, 2] or [B, S, 2] (token, block). The cache holds cos/sin for
     positions [0, cache_positions) (default max_position_embeddings), computed in float64 and stored in
     cache_dtype: fp32 by default; a bf16 cache rounds cos/sin to 8 bits, whose angle error grows with the
     position. inplace=True writes q and k themselves (contiguous, apart) and returns them: eagerly by the
@@ -371,9 +387,6 @@ class RotaryEmbedding(nn.Cell):
                  layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False):
         super().__init__()
         mode = normalize_mode(rotary_mode)
-        if mode == 2:
-            raise ValueError(f"{_PREFIX}: rotary_mode 2 (quarter, ChatGLM-6B) rotates by two positions per token; "
-                             f"build its tables with rope_cos_sin([S, 2] positions) and use PartialRotaryMul")
         start, end = (int(v) for v in partial_slice)
         if not (isinstance(head_dim, numbers.Integral) and 0 <= start < end <= head_dim):
             raise ValueError(f"{_PREFIX}: partial_slice={list(partial_slice)} must be a non-empty part of "
@@ -391,11 +404,21 @@ class RotaryEmbedding(nn.Cell):
         if cache_dtype not in FLOAT_DTYPES:
             raise TypeError(f"{_PREFIX}: cache_dtype={cache_dtype} must be float32, float16 or bfloat16")
         self.head_dim, self.partial_slice, self.rotary_mode, self.layout = int(head_dim), (start, end), mode, layout
-        cos, sin = rope_cos_sin(np.arange(positions), end - start, mode, rope_theta=rope_theta,
-                                rope_scaling=rope_scaling, max_position_embeddings=max_position_embeddings,
-                                dtype=cache_dtype, head_dim=int(head_dim))
-        lane_channels = None if mrope_section is None else \
-            mrope_lane_channels(mode, end - start, mrope_section, mrope_interleaved)
+        quarter = mode == 2
+        if quarter and mrope_section is not None:
+            raise ValueError(f"{_PREFIX}: mrope_section does not combine with rotary_mode 2 (quarter)")
+        # Quarter: row p holds both halves' cos/sin at position p; a token reads its first half at its
+        # position and its second at its block position.
+        cache_rows = np.stack([np.arange(positions)] * 2, -1) if quarter else np.arange(positions)
+        cos, sin = rope_cos_sin(cache_rows, end - start, mode, rope_theta=rope_theta, rope_scaling=rope_scaling,
+                                max_position_embeddings=max_position_embeddings, dtype=cache_dtype,
+                                head_dim=int(head_dim))
+        if quarter:
+            lane_channels = (0,) * ((end - start) // 2) + (1,) * ((end - start) // 2)
+        elif mrope_section is not None:
+            lane_channels = mrope_lane_channels(mode, end - start, mrope_section, mrope_interleaved)
+        else:
+            lane_channels = None
         self.cos_cache = ms.Parameter(cos.reshape(1, positions, 1, end - start), name="cos_cache", requires_grad=False)
         self.sin_cache = ms.Parameter(sin.reshape(1, positions, 1, end - start), name="sin_cache", requires_grad=False)
         device_target = routes.device_target()
@@ -438,8 +461,9 @@ class RotaryEmbedding(nn.Cell):
             return self._rotate_in_place_now(q, k, positions, route)
         if route is Route.EAGER and routes.on_host(self.rotate_q.device_target):
             # nothing records: the kernel runs now, past the Cell machinery
+            tensors = (q,) if k is None else (q, k)
             outs = (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
-                (q,) if k is None else (q, k), self.cos_cache, self.sin_cache, positions)
+                tensors, self.cos_cache, self.sin_cache, _host_positions(positions, self.channels))
             return outs[0] if k is None else outs
         return super().__call__(q, k, positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
 
@@ -459,15 +483,17 @@ class RotaryEmbedding(nn.Cell):
             raise ValueError(f"{_PREFIX}: inplace=True needs q and k in memory of their own; they overlap")
         if not routes.on_host(self.rotate_q.device_target):
             raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
-        (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(tensors, self.cos_cache, self.sin_cache,
-                                                                        positions, in_place=True)
+        (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
+            tensors, self.cos_cache, self.sin_cache, _host_positions(positions, self.channels), in_place=True)
         for tensor in tensors:
             advance_version(tensor, tensor._version + 1)
         return q if k is None else (q, k)
 
     def construct(self, q, k, positions):
         positions = positions.astype(ms.int64)  # -> [channels, 1|B, S], as the kernel reads them
-        if positions.ndim == 1 or (positions.ndim == 2 and self.channels == 3):
+        if self.channels == 2:  # quarter: [S, 2] / [B, S, 2], channel last
+            positions = positions.transpose(1, 0) if positions.ndim == 2 else positions.transpose(2, 0, 1)
+        if positions.ndim == 1 or (positions.ndim == 2 and self.channels > 1):
             positions = positions.reshape(self.channels, 1, -1)
         elif self.channels == 1:
             positions = positions.reshape(1, positions.shape[0], positions.shape[1])

@@ -178,6 +178,46 @@ def test_mrope_reads_each_lane_at_its_channels_position(sections, mode, backend,
         np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+QUARTER_POSITIONS = np.stack([POSITIONS, (POSITIONS * 5 + 2) % CACHE], -1)  # [B, S, 2]: token, block position
+
+
+@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_quarter_mode_reads_each_half_at_its_own_position(dtype, backend, exec_mode):
+    """ChatGLM-6B's 2D RoPE: positions [B, S, 2] or [S, 2] (token, block); the layer equals PartialRotaryMul on
+    rope_cos_sin's quarter tables bit for bit, and the float64 reference; gradients are the transpose."""
+    rng = np.random.default_rng(43)
+    q, q64 = random_tensor(rng, (B, S, NQ, D), dtype)
+    k, k64 = random_tensor(rng, (B, S, NK, D), dtype)
+    w, w64 = random_tensor(rng, (B, S, NQ, D), "float32")
+    layer = _layer(2, backend=backend)
+
+    class Run(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def construct(self, q, k, positions):
+            return self.layer(q, k, positions)
+
+    def loss(q, positions):
+        return (layer(q, None, positions).astype(ms.float32) * w).sum()
+
+    run, op = Run(), ms_rotary.PartialRotaryMul(2, list(SLICE), backend=backend)
+    for positions in (QUARTER_POSITIONS, QUARTER_POSITIONS[0]):
+        q_rot, k_rot = _run(exec_mode, run if exec_mode == "GRAPH_MODE" else run.construct, q, k,
+                            ms.Tensor(positions))
+        cos, sin = ms_rotary.rope_cos_sin(positions, SLICE[1] - SLICE[0], 2, rope_theta=500.0)
+        for got, t, t64 in ((q_rot, q, q64), (k_rot, k, k64)):
+            np.testing.assert_array_equal(raw_bits(got), raw_bits(op(t, cos, sin)))
+            expected = rotary_forward(2, t64, to_float64(cos), to_float64(sin), *SLICE)
+            np.testing.assert_allclose(to_float64(got), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+        got = _run(exec_mode, ms.grad(loss), q, ms.Tensor(positions))
+        expected = rotary_grad(2, w64, to_float64(cos), to_float64(sin), *SLICE)
+        np.testing.assert_allclose(to_float64(got), expected, rtol=4 * TOLERANCE[dtype], atol=4 * TOLERANCE[dtype])
+
+
 def _to_layout(t, layout):
     return {"BSND": t, "SBND": t.transpose(1, 0, 2, 3), "BNSD": t.transpose(0, 2, 1, 3)}[layout]
 
@@ -234,6 +274,9 @@ def test_sbnd_and_bnsd_equal_bsnd_transposed_with_gradients(mrope, layout, backe
     (lambda layer, q, k: _layer(0, mrope_section=(4, 6, 6))(q, k, np.full((3, S), CACHE)), ValueError,
      rf"position {CACHE} is outside"),
     (lambda layer, q, k: _layer(0, layout="BNSD")(q, None, np.arange(S)), ValueError, r"positions do not fit q"),
+    (lambda layer, q, k: _layer(2)(q, k, np.arange(S)), ValueError,
+     r"must be \[S, 2\] or \[B, S, 2\] \(quarter mode: token and block position\)"),
+    (lambda layer, q, k: _layer(2)(q, k, np.zeros((2, S), np.int64)), ValueError, r"positions of shape \(2, 6\)"),
     (lambda layer, q, k: _layer(0, layout="BNSD")(q, k, np.arange(NQ)), ValueError, r"must share B and S"),
 ])
 def test_bad_calls_are_refused_by_name_before_anything_is_written(call, error, match):
@@ -247,7 +290,7 @@ def test_bad_calls_are_refused_by_name_before_anything_is_written(call, error, m
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(rotary_mode="quarter"), ValueError, "quarter, ChatGLM-6B"),
+    (dict(rotary_mode="quarter", mrope_section=(4, 4, 0)), ValueError, "does not combine with rotary_mode 2"),
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=64), ValueError,
      "changes its frequencies with the sequence length"),
     (dict(cache_positions=0), ValueError, r"cache_positions=0 .* must be a positive integer"),

@@ -217,7 +217,8 @@ POSITION_CALLS = {  # name: (positions, [channels, batch, S] passed, lane channe
     "M-RoPE past the cache": (np.arange(9).reshape(3, 1, 3), (3, 1, 3), LANES, (0, 1), 15),
     "M-RoPE without lane channels": (np.zeros((3, 1, 3), np.int64), (3, 1, 3), None, (0, 1), 15),
     "M-RoPE lane channel 3": (np.zeros((3, 1, 3), np.int64), (3, 1, 3), np.array([3] + [0] * 7), (0, 1), 15),
-    "two channels": (np.zeros((2, 1, 3), np.int64), (2, 1, 3), np.zeros(8, np.int64), (0, 1), 15),
+    "two channels (quarter)": (np.arange(6).reshape(2, 1, 3), (2, 1, 3), np.array([0] * 4 + [1] * 4), (0, 1), 0),
+    "four channels": (np.zeros((4, 1, 3), np.int64), (4, 1, 3), np.zeros(8, np.int64), (0, 1), 15),
     "one axis twice": (np.array([[0, 3, 7]]), (1, 1, 3), None, (1, 1), 15),
     "axis 3": (np.array([[0, 3, 7]]), (1, 1, 3), None, (0, 3), 15),
 }

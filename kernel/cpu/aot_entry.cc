@@ -91,8 +91,8 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
 }
 
 // params: dy, cos, sin, positions, then the output: dy with its slice rotated by the cache rows the positions
-// pick. cos/sin are the cache [1, P, 1, L], positions int64 [channels, batch, S] (M-RoPE: 3 channels and the
-// attribute lane_channels); the optional attribute positions_axes is dy's (B axis, S axis), default (0, 1).
+// pick. cos/sin are the cache [1, P, 1, L], positions int64 [channels, batch, S] (more than one channel: the
+// attribute lane_channels too); the optional attribute positions_axes is dy's (B axis, S axis), default (0, 1).
 // A graph rotates q and k with one call each (MindSpore 2.10's CPU AOT kernels take one output); the eager
 // path rotates both in one call.
 int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra,

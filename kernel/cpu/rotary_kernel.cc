@@ -534,7 +534,9 @@ Status check_positions(const RotaryProblem &p) {
   const bool axes_ok = pos.batch_axis >= 0 && pos.batch_axis < 3 && pos.seq_axis >= 0 && pos.seq_axis < 3 &&
                        pos.batch_axis != pos.seq_axis;
   if (!axes_ok || (pos.batch != 1 && pos.batch != p.dy_shape[pos.batch_axis])) return kBadPositions;
-  if (pos.channels != 1 && (pos.channels != 3 || pos.lane_channels == nullptr)) return kBadPositions;
+  if (pos.channels < 1 || pos.channels > 3 || (pos.channels > 1 && pos.lane_channels == nullptr)) {
+    return kBadPositions;
+  }
   const int64_t len = p.end - p.start;
   for (int64_t l = 0; pos.channels > 1 && l < len; ++l) {
     if (pos.lane_channels[l] < 0 || pos.lane_channels[l] >= pos.channels) return kBadPositions;
