@@ -1,12 +1,14 @@
 """The CPU kernel alone against the same-bytes loop, from memory, on the large cases of run.py: kernel_rows (dy
-where MindSpore puts it, caches evicted before each call) run for several rounds, medians of kernel/loop time.
-With --against REV, the kernel at that git revision is built too and the two builds run in turn: alternating
-them, and comparing each to the loop in the same process, is what makes a 10-20% difference visible on
-machines this noisy.
-    python -m benchmarks.kernel_ab [--against REV] [--rounds N]      e.g. --against HEAD~1
-    python -m benchmarks.kernel_ab --build DIR                       builds kernel_rows into DIR only
+where MindSpore puts it, caches evicted before each call) run for several rounds, medians of kernel/loop time,
+for each thread count asked. With --against REV, the kernel at that git revision is built too and the two
+builds run in turn: alternating them, and comparing each to the loop in the same process, is what makes a
+10-20% difference visible on machines this noisy. Needs python3, g++ and cc only (no package: it runs as it
+is on a bare server).
+    python3 -m benchmarks.kernel_ab [--against REV] [--rounds N] [--threads 1,2,4,8,16]
+    python3 -m benchmarks.kernel_ab --build DIR                       builds kernel_rows into DIR only
 """
 import argparse
+import importlib.util
 import os
 import re
 import statistics
@@ -14,9 +16,12 @@ import subprocess
 import tempfile
 
 from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS
-from ms_rotary import kernel_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# By path, as setup.py loads it: importing ms_rotary would need MindSpore.
+_spec = importlib.util.spec_from_file_location("kernel_build", os.path.join(ROOT, "ms_rotary", "kernel_build.py"))
+kernel_build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kernel_build)
 
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
 CASES = {f"{label.removesuffix('-like')} {DTYPE_NAMES[dtype]}": (shape, (start, end), mode, dtype)
@@ -57,7 +62,9 @@ def main():
     parser.add_argument("--against", metavar="REV", help="also build and run the kernel at this git revision")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--build", metavar="DIR", help="only build DIR/kernel_rows (for kernel_rows.sh) and exit")
+    parser.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
     args = parser.parse_args()
+    thread_counts = [int(t) for t in args.threads.split(",")]
     if args.build:
         print(build(os.path.join(ROOT, "kernel", "cpu"), build_loop(args.build), args.build, "kernel_rows"))
         return
@@ -66,21 +73,23 @@ def main():
         builds = {"working tree": build(os.path.join(ROOT, "kernel", "cpu"), slice_touch, out_dir, "kernel_rows_tree")}
         if args.against:
             builds[args.against] = build(kernel_at(args.against, out_dir), slice_touch, out_dir, "kernel_rows_rev")
-        ratios = {(case, name): [] for case in CASES for name in builds}
-        millis = {(case, name): [] for case in CASES for name in builds}
+        columns = [(name, threads) for threads in thread_counts for name in builds]
+        ratios = {(case, column): [] for case in CASES for column in columns}
+        millis = {(case, column): [] for case in CASES for column in columns}
         for _ in range(args.rounds):
             for case, (shape, (start, end), mode, dtype) in CASES.items():
-                case_args = [*shape, start, end, mode, dtype, 2, 9]  # ... threads, repeats
-                for name, binary in builds.items():
-                    line = subprocess.run([binary, *map(str, case_args)], check=True, capture_output=True,
+                for name, threads in columns:
+                    case_args = [*shape, start, end, mode, dtype, threads, 9]  # ... threads, repeats
+                    line = subprocess.run([builds[name], *map(str, case_args)], check=True, capture_output=True,
                                           text=True).stdout
-                    ratios[(case, name)].append(float(re.search(r"kernel/loop ([0-9.]+)", line).group(1)))
-                    millis[(case, name)].append(float(re.search(r"kernel ([0-9.]+) ms", line).group(1)))
-    print(f"kernel/loop time, median over {args.rounds} round(s) (kernel ms in brackets), 2 threads, from memory")
-    print("case".ljust(16) + "".join(name.rjust(20) for name in builds))
+                    ratios[(case, (name, threads))].append(float(re.search(r"kernel/loop ([0-9.]+)", line).group(1)))
+                    millis[(case, (name, threads))].append(float(re.search(r"kernel ([0-9.]+) ms", line).group(1)))
+    print(f"kernel/loop time, median over {args.rounds} round(s) (kernel ms in brackets), from memory, "
+          f"{os.cpu_count()} CPUs here")
+    print("case".ljust(16) + "".join(f"{name}, {threads} thr".rjust(24) for name, threads in columns))
     for case in CASES:
-        print(case.ljust(16) + "".join(f"{statistics.median(ratios[(case, n)]):.2f} "
-                                       f"({statistics.median(millis[(case, n)]):.2f})".rjust(20) for n in builds))
+        print(case.ljust(16) + "".join(f"{statistics.median(ratios[(case, c)]):.2f} "
+                                       f"({statistics.median(millis[(case, c)]):.2f})".rjust(24) for c in columns))
 
 
 if __name__ == "__main__":
