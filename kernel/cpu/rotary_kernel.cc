@@ -332,30 +332,17 @@ struct Geometry {
   }
 };
 
-// Slices of rows far apart in memory (D >> slice) defeat the hardware prefetcher: each row is a new
-// stream, often a new page. Requesting the slice ~1 KiB of slices ahead (2..16 rows) hides that latency.
+// Slices with gaps between them (D > slice) defeat the hardware prefetcher: each row is a new stream, often
+// a new page. Requesting the slice ~2 KiB of slices ahead (2..32 rows) hides that latency; only the slice's
+// lines are read (reading whole rows instead, for the prefetcher's sake, cost up to 2x: NOTES.md, issue 27).
 inline int64_t prefetch_rows(int64_t slice_bytes) {
-  return std::min<int64_t>(16, std::max<int64_t>(2, 1024 / std::max<int64_t>(slice_bytes, 1)));
+  return std::min<int64_t>(32, std::max<int64_t>(2, 2048 / std::max<int64_t>(slice_bytes, 1)));
 }
 
 inline void prefetch_slice(const void *p, int64_t bytes) {
   const char *c = static_cast<const char *>(p);
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 1, 3);
   __builtin_prefetch(c + bytes - 1, 1, 3);
-}
-
-// In place, rows at most 3x their slice are read whole instead (one load per cache line, before the slice
-// is rotated): the hardware prefetcher streams consecutive lines well, and slices with short gaps between
-// them poorly, so on the machine measured reading the gaps cost less than it saved (benchmarks/NOTES.md,
-// "Whole-row reads"; issue 27 asks for this choice to be measured on more machines).
-inline bool reads_whole_rows(const Geometry &g, bool in_place) {
-  return in_place && g.len < g.D && g.D <= 3 * g.len;
-}
-
-inline void read_lines(const void *p, int64_t bytes) {  // volatile: loads whose values go unused
-  const volatile unsigned char *c = static_cast<const unsigned char *>(p);
-  for (int64_t off = 0; off < bytes; off += 64) c[off];
-  c[bytes - 1];
 }
 
 // Rows [row_begin, row_end) of dy; `out` is dy (in place) or a separate tensor that also gets the lanes
@@ -369,7 +356,6 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once (M-RoPE: each token's)
   U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
   const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)));
-  const bool whole_rows = reads_whole_rows(g, dy == out);
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t cos_row = g.lane_channels != nullptr ? g.token(b, srow, n) : g.cos_row(b, srow, n);
@@ -384,9 +370,7 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
     }
     const T *src = dy + row * g.D + g.start;
     T *dst = out + row * g.D + g.start;
-    if (whole_rows) {
-      read_lines(dy + row * g.D, g.D * sizeof(T));
-    } else if (row + ahead < row_end) {
+    if (row + ahead < row_end) {
       prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
     }
     if (src != dst) {
