@@ -417,3 +417,16 @@ def test_inplace_refusals_write_nothing(call, match):
     with pytest.raises(ValueError, match=match):
         call(_layer(0, inplace=True), q, k)
     np.testing.assert_array_equal(q.asnumpy(), before)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inplace_on_a_contiguous_view_writes_only_its_part_of_the_base(backend):
+    rng = np.random.default_rng(47)
+    base, _ = random_tensor(rng, (B, S, NQ, D), "float32")
+    before = base.asnumpy().copy()
+    expected = _layer(0, backend=backend)(ms.Tensor(before[1:2]), None, np.arange(S)).asnumpy()
+    view = base[1:2]
+    assert view.is_contiguous() and view.data_ptr() != base.data_ptr()
+    _layer(0, backend=backend, inplace=True)(view, None, np.arange(S))
+    np.testing.assert_array_equal(base.asnumpy()[0], before[0])
+    np.testing.assert_array_equal(base.asnumpy()[1:2], expected)
