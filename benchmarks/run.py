@@ -107,7 +107,7 @@ def load_slice_touch():
     return touch
 
 
-PARALLEL_MIN_LANES = 1 << 20  # the kernel's rule (kParallelMinLanes): one thread below, every core above
+PARALLEL_MIN_LANES = 1 << 20  # the kernel's rule (kParallelMinLanes): at least this many lanes per thread
 
 
 def impl_slice_touch(touch, start, end):
@@ -117,7 +117,7 @@ def impl_slice_touch(touch, start, end):
         itemsize = 4 if dy.dtype == ms.float32 else 2
         b, s, n, d = dy.shape
         rows = b * s * n
-        threads = os.cpu_count() if rows * (end - start) >= PARALLEL_MIN_LANES else 1
+        threads = max(1, min(os.cpu_count(), rows, rows * (end - start) // PARALLEL_MIN_LANES))
         touch(dy.data_ptr(), rows, d * itemsize, start * itemsize, (end - start) * itemsize, threads, 0)
     return run
 

@@ -460,16 +460,17 @@ struct PickRotateRows {
   static Fn get() { return rotate_rows_erased<MODE, CONJ, T, U>; }
 };
 
-// Below this many rotated lanes a second thread costs more to start than it saves (benchmarks/NOTES.md,
-// "Threading threshold").
+// Each thread gets at least this many rotated lanes: below it a second thread costs more to start than it
+// saves (benchmarks/NOTES.md, "Threading threshold"). So a call starts the threads its work pays for, not one
+// per core: on a many-core server MindSpore's own threads share those cores, and a thread per core per call
+// would cost more to start than a small call's work.
 constexpr int64_t kParallelMinLanes = 1 << 20;
 
 
 int pick_threads(int requested, int64_t rows, int64_t lanes) {
   if (requested > 0) return static_cast<int>(std::min<int64_t>({requested, rows, kMaxThreads}));
-  if (lanes < kParallelMinLanes) return 1;
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return static_cast<int>(std::min<int64_t>(hw, rows));
+  const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({hw, rows, lanes / kParallelMinLanes})));
 }
 
 // Runs work(begin, end) over [0, count) in `threads` contiguous parts, the first on the calling thread.
