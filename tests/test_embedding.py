@@ -3,6 +3,8 @@ reference on the gathered rows, against two PartialRotaryMul calls on gathered t
 decode and packed-sequence use, with gradients, in every execution mode and on both backends; and against
 transformers' own layers when it is installed."""
 
+import itertools
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -44,8 +46,7 @@ def _run(exec_mode, fn, *args):
 @pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", [0, 1, 3])
-@pytest.mark.parametrize("dtype,cache_dtype", [("float32", "float32"), ("bfloat16", "float32"),
-                                               ("float16", "bfloat16"), ("float32", "float16")])
+@pytest.mark.parametrize("dtype,cache_dtype", list(itertools.product(DTYPES, DTYPES)))  # all nine pairs
 def test_q_and_k_in_one_call_match_the_reference_and_two_calls_bit_for_bit(dtype, cache_dtype, mode, backend,
                                                                            exec_mode):
     rng = np.random.default_rng(mode)
@@ -305,23 +306,40 @@ def test_layers_that_cannot_be_built_are_refused_by_name(kwargs, error, match):
         RotaryEmbedding(**arguments)
 
 
+@pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_from_config_rotates_q_and_k_as_transformers_does(family):
+def test_from_config_rotates_q_and_k_as_transformers_does(family, exec_mode):
+    """Values, and the gradients of sum(wq * q_rot) + sum(wk * k_rot) for q and k, against transformers' rotary
+    class and apply function under torch autograd (Phi, DeepSeek: on the rotated part of each head)."""
     torch = pytest.importorskip("torch")
     model_type, config, module, rotary_class, apply_name, heads = transformers_family(family)
     positions = np.array([0, 1, 5, 17, 300, 4095])
     layer = RotaryEmbedding.from_config(config, cache_positions=4096)
     start, end = layer.partial_slice
     rng = np.random.default_rng(17)
-    q = rng.uniform(-1, 1, (1, len(positions), heads, layer.head_dim)).astype(np.float32)
-    k = rng.uniform(-1, 1, (1, len(positions), 1, layer.head_dim)).astype(np.float32)
+    q, k, wq, wk = (rng.uniform(-1, 1, (1, len(positions), n, layer.head_dim)).astype(np.float32)
+                    for n in (heads, 1, heads, 1))
     cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]))
     part = (lambda t: t[..., start:end]) if model_type in ROTATED_PART_ONLY else (lambda t: t)
-    q_hf, k_hf = getattr(module, apply_name)(torch.tensor(part(q)).transpose(1, 2),
-                                             torch.tensor(part(k)).transpose(1, 2), cos_hf, sin_hf)
-    q_rot, k_rot = layer(ms.Tensor(q), ms.Tensor(k), positions)
-    for got, expected in ((q_rot, q_hf), (k_rot, k_hf)):
-        np.testing.assert_allclose(part(got.asnumpy()), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+    q_t, k_t = (torch.tensor(part(t)).transpose(1, 2).requires_grad_() for t in (q, k))
+    q_hf, k_hf = getattr(module, apply_name)(q_t, k_t, cos_hf, sin_hf)
+    (q_hf * torch.tensor(part(wq)).transpose(1, 2)).sum().backward(retain_graph=True)
+    (k_hf * torch.tensor(part(wk)).transpose(1, 2)).sum().backward()
+
+    class Loss(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def construct(self, q, k, positions):
+            q_rot, k_rot = self.layer(q, k, positions)
+            return (q_rot * ms.Tensor(wq)).sum() + (k_rot * ms.Tensor(wk)).sum()
+
+    inputs = (ms.Tensor(q), ms.Tensor(k), ms.Tensor(positions))
+    q_rot, k_rot = _run(exec_mode, layer if exec_mode == "GRAPH_MODE" else layer.construct, *inputs)
+    grads = _run(exec_mode, ms.grad(Loss(), grad_position=(0, 1)), *inputs)
+    for got, expected in ((q_rot, q_hf), (k_rot, k_hf), (grads[0], q_t.grad), (grads[1], k_t.grad)):
+        np.testing.assert_allclose(part(got.asnumpy()), expected.detach().transpose(1, 2).numpy(), atol=5e-4, rtol=0)
 
 
 @pytest.mark.parametrize("family", MROPE)
