@@ -422,7 +422,7 @@ class RotaryEmbedding(nn.Cell):
         self.cos_cache = ms.Parameter(cos.reshape(1, positions, 1, end - start), name="cos_cache", requires_grad=False)
         self.sin_cache = ms.Parameter(sin.reshape(1, positions, 1, end - start), name="sin_cache", requires_grad=False)
         device_target = routes.device_target()
-        backend = choose_backend(backend, device_target)
+        self.backend = backend = choose_backend(backend, device_target)
         if backend == "ascend":
             raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
         call = _GatherCall(mode, start, end, False, 1, LAYOUT_AXES[layout], lane_channels)

@@ -138,45 +138,42 @@ MROPE_SECTIONS = {"sections": ((4, 6, 6), False), "interleaved sections": ((6, 5
 MROPE_POSITIONS = np.stack([POSITIONS, (POSITIONS * 7 + 1) % CACHE, (POSITIONS * 3 + 5) % CACHE])  # [3, B, S]
 
 
+def _check_against_tables(layer, mode, positions_forms, table_kwargs, dtype, exec_mode, seed):
+    """The layer, on each form of its positions, equals PartialRotaryMul on rope_cos_sin's tables for them
+    bit for bit and the float64 reference; its q gradient is the transposed rotation."""
+    rng = np.random.default_rng(seed)
+    q, q64 = random_tensor(rng, (B, S, NQ, D), dtype)
+    k, k64 = random_tensor(rng, (B, S, NK, D), dtype)
+    w, w64 = random_tensor(rng, (B, S, NQ, D), "float32")
+
+    def loss(q, positions):
+        return (layer(q, None, positions).astype(ms.float32) * w).sum()
+
+    op = ms_rotary.PartialRotaryMul(mode, list(SLICE), backend=layer.backend)
+    tol = TOLERANCE[dtype]
+    for positions in positions_forms:
+        q_rot, k_rot = _run(exec_mode, layer if exec_mode == "GRAPH_MODE" else layer.construct, q, k,
+                            ms.Tensor(positions))
+        cos, sin = ms_rotary.rope_cos_sin(positions, SLICE[1] - SLICE[0], mode, rope_theta=500.0, **table_kwargs)
+        for got, t, t64 in ((q_rot, q, q64), (k_rot, k, k64)):
+            np.testing.assert_array_equal(raw_bits(got), raw_bits(op(t, cos, sin)))
+            expected = rotary_forward(mode, t64, to_float64(cos), to_float64(sin), *SLICE)
+            np.testing.assert_allclose(to_float64(got), expected, rtol=tol, atol=tol)
+        got = _run(exec_mode, ms.grad(loss), q, ms.Tensor(positions))
+        expected = rotary_grad(mode, w64, to_float64(cos), to_float64(sin), *SLICE)
+        np.testing.assert_allclose(to_float64(got), expected, rtol=4 * tol, atol=4 * tol)
+
+
 @pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", [0, 1, 3])
 @pytest.mark.parametrize("sections", MROPE_SECTIONS)
 def test_mrope_reads_each_lane_at_its_channels_position(sections, mode, backend, exec_mode):
-    """The layer with [3, B, S] positions equals PartialRotaryMul on rope_cos_sin's M-RoPE tables bit for bit,
-    and the float64 reference; [3, S] positions broadcast over B; gradients are the transposed rotation."""
+    """[3, B, S] and [3, S] positions (time, height, width differing per token)."""
     section, interleaved = MROPE_SECTIONS[sections]
-    rng = np.random.default_rng(mode + 20)
-    q, q64 = random_tensor(rng, (B, S, NQ, D), "float32")
-    k, k64 = random_tensor(rng, (B, S, NK, D), "float32")
-    w, w64 = random_tensor(rng, (B, S, NQ, D), "float32")
     layer = _layer(mode, backend=backend, mrope_section=section, mrope_interleaved=interleaved)
-
-    class Run(ms.nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.layer = layer
-
-        def construct(self, q, k, positions):
-            return self.layer(q, k, positions)
-
-    def loss(q, positions):
-        return (layer(q, None, positions) * w).sum()
-
-    run, grad = Run(), ms.grad(loss)
-    op = ms_rotary.PartialRotaryMul(mode, list(SLICE), backend=backend)
-    for positions in (MROPE_POSITIONS, MROPE_POSITIONS[:, 0]):
-        q_rot, k_rot = _run(exec_mode, run if exec_mode == "GRAPH_MODE" else run.construct, q, k,
-                            ms.Tensor(positions))
-        cos, sin = ms_rotary.rope_cos_sin(positions, SLICE[1] - SLICE[0], mode, rope_theta=500.0,
-                                          mrope_section=section, mrope_interleaved=interleaved)
-        for got, t, t64 in ((q_rot, q, q64), (k_rot, k, k64)):
-            np.testing.assert_array_equal(raw_bits(got), raw_bits(op(t, cos, sin)))
-            expected = rotary_forward(mode, t64, to_float64(cos), to_float64(sin), *SLICE)
-            np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-6, atol=1e-6)
-        got = _run(exec_mode, grad, q, ms.Tensor(positions))
-        expected = rotary_grad(mode, w64, to_float64(cos), to_float64(sin), *SLICE)
-        np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+    _check_against_tables(layer, mode, (MROPE_POSITIONS, MROPE_POSITIONS[:, 0]),
+                          dict(mrope_section=section, mrope_interleaved=interleaved), "float32", exec_mode, mode + 20)
 
 
 QUARTER_POSITIONS = np.stack([POSITIONS, (POSITIONS * 5 + 2) % CACHE], -1)  # [B, S, 2]: token, block position
@@ -186,37 +183,9 @@ QUARTER_POSITIONS = np.stack([POSITIONS, (POSITIONS * 5 + 2) % CACHE], -1)  # [B
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_quarter_mode_reads_each_half_at_its_own_position(dtype, backend, exec_mode):
-    """ChatGLM-6B's 2D RoPE: positions [B, S, 2] or [S, 2] (token, block); the layer equals PartialRotaryMul on
-    rope_cos_sin's quarter tables bit for bit, and the float64 reference; gradients are the transpose."""
-    rng = np.random.default_rng(43)
-    q, q64 = random_tensor(rng, (B, S, NQ, D), dtype)
-    k, k64 = random_tensor(rng, (B, S, NK, D), dtype)
-    w, w64 = random_tensor(rng, (B, S, NQ, D), "float32")
-    layer = _layer(2, backend=backend)
-
-    class Run(ms.nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.layer = layer
-
-        def construct(self, q, k, positions):
-            return self.layer(q, k, positions)
-
-    def loss(q, positions):
-        return (layer(q, None, positions).astype(ms.float32) * w).sum()
-
-    run, op = Run(), ms_rotary.PartialRotaryMul(2, list(SLICE), backend=backend)
-    for positions in (QUARTER_POSITIONS, QUARTER_POSITIONS[0]):
-        q_rot, k_rot = _run(exec_mode, run if exec_mode == "GRAPH_MODE" else run.construct, q, k,
-                            ms.Tensor(positions))
-        cos, sin = ms_rotary.rope_cos_sin(positions, SLICE[1] - SLICE[0], 2, rope_theta=500.0)
-        for got, t, t64 in ((q_rot, q, q64), (k_rot, k, k64)):
-            np.testing.assert_array_equal(raw_bits(got), raw_bits(op(t, cos, sin)))
-            expected = rotary_forward(2, t64, to_float64(cos), to_float64(sin), *SLICE)
-            np.testing.assert_allclose(to_float64(got), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
-        got = _run(exec_mode, ms.grad(loss), q, ms.Tensor(positions))
-        expected = rotary_grad(2, w64, to_float64(cos), to_float64(sin), *SLICE)
-        np.testing.assert_allclose(to_float64(got), expected, rtol=4 * TOLERANCE[dtype], atol=4 * TOLERANCE[dtype])
+    """ChatGLM-6B's 2D RoPE: positions [B, S, 2] and [S, 2] (token, block)."""
+    _check_against_tables(_layer(2, backend=backend), 2, (QUARTER_POSITIONS, QUARTER_POSITIONS[0]), {}, dtype,
+                          exec_mode, 43)
 
 
 def _to_layout(t, layout):
