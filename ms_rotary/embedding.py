@@ -170,7 +170,6 @@ class _GatherKernel(nn.Cell):
                 (_host_array(out) if pooled else out)[...] = numpy_kernel.from_float32(rotated, dy_dtype)
         return tuple(outs) if pooled else tuple(_tensor_sharing(out, dy_dtype) for out in outs)
 
-
     def _run_in_place(self, tensors, cos, sin, positions):
         call = self.call
         dy_dtype, cos_dtype = DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)]
@@ -524,7 +523,6 @@ class RotaryEmbedding(nn.Cell):
                 alias_after_write(k, self.inplace_copy(k, k_rot)))
 
     def extend_repr(self):
-        mrope = "" if self.channels == 1 else ", M-RoPE"
         return (f"head_dim={self.head_dim}, partial_slice={list(self.partial_slice)}, "
                 f"rotary_mode={self.rotary_mode}, layout={self.layout}, cache_positions={self.cos_cache.shape[1]}"
-                f"{mrope}")
+                f"{', M-RoPE' if self.channels == 3 else ''}{', inplace' if self.inplace else ''}")
