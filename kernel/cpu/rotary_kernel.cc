@@ -311,7 +311,7 @@ struct Geometry {
   // Gathering by position: dy row (i0, i1, i2) is token i0 * positions_strides[0] + ... of the positions.
   const int64_t *positions = nullptr;
   int64_t positions_strides[3] = {0, 0, 0};
-  const int64_t *lane_channels = nullptr;  // M-RoPE: the position channel of each cos lane
+  const int64_t *lane_channels = nullptr;  // several positions a token (M-RoPE, quarter): each cos lane's channel
   int64_t channel_stride = 0;
 
   int64_t token(int64_t b, int64_t s, int64_t n) const {
@@ -321,7 +321,7 @@ struct Geometry {
     return positions != nullptr ? positions[token(b, s, n)]
                                 : b * cos_b_stride + s * cos_s_stride + n * cos_n_stride;
   }
-  // M-RoPE: the token's cos/sin, each lane from the cache row its channel's position picks.
+  // Several positions a token: its cos/sin, each lane from the cache row its channel's position picks.
   template <typename U>
   void gather_lanes(const U *cos, const U *sin, int64_t token_index, U *cos_lanes, U *sin_lanes) const {
     for (int64_t l = 0; l < len; ++l) {
@@ -353,7 +353,7 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   constexpr Layout in_layout = CONJ ? ModeLayout<MODE>::y : ModeLayout<MODE>::x;
   constexpr Layout out_layout = CONJ ? ModeLayout<MODE>::x : ModeLayout<MODE>::y;
   CosSinLanes cs;
-  int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once (M-RoPE: each token's)
+  int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once (lane channels: each token's)
   U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
   const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)));
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
