@@ -66,6 +66,20 @@ bool same_shape(const int64_t *a, const int64_t *b) {
   return true;
 }
 
+// The rotary_mode and partial_slice attributes every entry carries, the slice's end resolved against cos's
+// length: kOk and *mode, *start, *end set, or the status that says what is missing.
+int read_rotary_attrs(AotExtraView *attrs, const int64_t *cos_shape, int64_t *mode, int64_t *start, int64_t *end) {
+  if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
+    return ms_rotary::kMissingAttr;
+  }
+  const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
+  if (slice.size() != 2) return ms_rotary::kBadSlice;
+  *mode = attrs->GetAttrInt("rotary_mode");
+  *start = slice[0];
+  *end = ms_rotary::slice_end(slice[0], slice[1], cos_shape);
+  return ms_rotary::kOk;
+}
+
 // params: dy, cos, sin, then the output dx, shaped and typed like dy: dy with its slice rotated. Graph mode
 // only computes out of place; an in-place call writes dx back with MindSpore's InplaceCopy.
 int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra, bool conjugate) {
@@ -79,15 +93,11 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   if (params[3] == params[0]) return ms_rotary::kBadParamCount;
   if (!same_shape(shapes[0], shapes[3])) return ms_rotary::kBadRank;
   if (ms_rotary::dtype_from_name(dtypes[3]) != ms_rotary::dtype_from_name(dtypes[0])) return ms_rotary::kBadDTypeCode;
-  auto *attrs = static_cast<AotExtraView *>(extra);
-  if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
-    return ms_rotary::kMissingAttr;
-  }
-  const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
-  if (slice.size() != 2) return ms_rotary::kBadSlice;
-  const int64_t end = ms_rotary::slice_end(slice[0], slice[1], shapes[1]);
+  int64_t mode, start, end;
+  const int status = read_rotary_attrs(static_cast<AotExtraView *>(extra), shapes[1], &mode, &start, &end);
+  if (status != ms_rotary::kOk) return status;
   return ms_rotary_run(params[0], params[3], params[1], params[2], shapes[0], shapes[1], shapes[2], dtypes[0],
-                       dtypes[1], dtypes[2], attrs->GetAttrInt("rotary_mode"), slice[0], end, conjugate ? 1 : 0, 0);
+                       dtypes[1], dtypes[2], mode, start, end, conjugate ? 1 : 0, 0);
 }
 
 // params: dy, cos, sin, positions, then the output: dy with its slice rotated by the cache rows the positions
@@ -107,25 +117,21 @@ int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const
   if (std::string(dtypes[3]) != "int64" || ndims[3] != 3) return ms_rotary::kBadPositions;
   if (!same_shape(shapes[0], shapes[4]) || params[4] == params[0]) return ms_rotary::kBadRank;
   auto *attrs = static_cast<AotExtraView *>(extra);
-  if (attrs == nullptr || !attrs->HasAttr("rotary_mode") || !attrs->HasAttr("partial_slice")) {
-    return ms_rotary::kMissingAttr;
-  }
-  const std::vector<int64_t> slice = attrs->GetAttrIntVec("partial_slice");
-  if (slice.size() != 2) return ms_rotary::kBadSlice;
-  const int64_t end = ms_rotary::slice_end(slice[0], slice[1], shapes[1]);
+  int64_t mode, start, end;
+  const int status = read_rotary_attrs(attrs, shapes[1], &mode, &start, &end);
+  if (status != ms_rotary::kOk) return status;
   std::vector<int64_t> axes{0, 1}, lane_channels;
   if (attrs->HasAttr("positions_axes")) axes = attrs->GetAttrIntVec("positions_axes");
   if (shapes[3][0] > 1) {
     if (!attrs->HasAttr("lane_channels")) return ms_rotary::kMissingAttr;
     lane_channels = attrs->GetAttrIntVec("lane_channels");
-    if (static_cast<int64_t>(lane_channels.size()) != end - slice[0]) return ms_rotary::kBadPositions;
+    if (static_cast<int64_t>(lane_channels.size()) != end - start) return ms_rotary::kBadPositions;
   }
   if (axes.size() != 2) return ms_rotary::kBadPositions;
   return ms_rotary_run_positions(params[0], params[4], nullptr, nullptr, params[1], params[2],
                                  static_cast<const int64_t *>(params[3]), shapes[3],
                                  lane_channels.empty() ? nullptr : lane_channels.data(), axes[0], axes[1], shapes[0],
-                                 nullptr, shapes[1], dtypes[0], dtypes[1], attrs->GetAttrInt("rotary_mode"), slice[0],
-                                 end, conjugate ? 1 : 0, 0);
+                                 nullptr, shapes[1], dtypes[0], dtypes[1], mode, start, end, conjugate ? 1 : 0, 0);
 }
 
 }  // namespace
