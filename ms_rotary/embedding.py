@@ -145,17 +145,21 @@ class _GatherKernel(nn.Cell):
                                          np.int64)  # [channels, 1|B, S]: the layer's construct or __call__ made it
         _check(call, tensors[0].shape, tensors[1].shape if call.heads == 2 else None, positions.shape)
         _check_positions_range(positions, cos.shape[1])
-        if in_place:
-            return self._run_in_place(tensors, cos, sin, positions)
-        tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        if not in_place:
+            tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
         dy_dtype, cos_dtype = DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)]
         # Small results in fresh numpy buffers (no queue round trip); large ones from MindSpore's memory pool,
         # whose pages are already mapped (fresh pages would cost more than the wait for the allocation).
         pooled = sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE
-        outs = [mint.empty_like(t) if pooled else np.empty(tuple(t.shape), _HOST_DTYPES[dy_dtype]) for t in tensors]
+        if in_place:
+            outs = tensors
+        else:
+            outs = [mint.empty_like(t) if pooled else np.empty(tuple(t.shape), _HOST_DTYPES[dy_dtype])
+                    for t in tensors]
+        tensor_outs = in_place or pooled  # else numpy buffers
         _pynative_executor.sync()  # the ops that produce q and k (and the pooled results) have run
-        out_ptrs = [out.data_ptr() if pooled else out.ctypes.data for out in outs]
         if self.backend == "aot":
+            out_ptrs = [None if in_place else out.data_ptr() if tensor_outs else out.ctypes.data for out in outs]
             k, k_out = (tensors[1].data_ptr(), out_ptrs[1]) if call.heads == 2 else (None, None)
             status = library.load().rotate_by_positions(
                 tensors[0].data_ptr(), out_ptrs[0], k, k_out, cos.data_ptr(), sin.data_ptr(),
@@ -164,30 +168,11 @@ class _GatherKernel(nn.Cell):
                 call.start, call.end, call.conjugate)
             library.raise_for_status(status)
         else:
-            for tensor, out in zip(tensors, outs):
-                rotated = _numpy_gather_rotate(call, _host_float32(tensor), _host_float32(cos), _host_float32(sin),
-                                               positions)
-                (_host_array(out) if pooled else out)[...] = numpy_kernel.from_float32(rotated, dy_dtype)
-        return tuple(outs) if pooled else tuple(_tensor_sharing(out, dy_dtype) for out in outs)
-
-    def _run_in_place(self, tensors, cos, sin, positions):
-        call = self.call
-        dy_dtype, cos_dtype = DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)]
-        _pynative_executor.sync()  # the ops that produce q and k have run
-        if self.backend == "aot":
-            k = tensors[1].data_ptr() if call.heads == 2 else None
-            status = library.load().rotate_by_positions(
-                tensors[0].data_ptr(), None, k, None, cos.data_ptr(), sin.data_ptr(), positions.ctypes.data,
-                positions.shape, _lane_channels_pointer(call), call.axes, tensors[0].shape,
-                tensors[1].shape if call.heads == 2 else None, cos.shape, dy_dtype, cos_dtype, call.rotary_mode,
-                call.start, call.end, call.conjugate)
-            library.raise_for_status(status)
-        else:
             rotated = [_numpy_gather_rotate(call, _host_float32(t), _host_float32(cos), _host_float32(sin),
                                             positions) for t in tensors]  # all computed before any write
-            for tensor, values in zip(tensors, rotated):
-                _host_array(tensor)[...] = numpy_kernel.from_float32(values, dy_dtype)
-        return tuple(tensors)
+            for out, values in zip(outs, rotated):
+                (_host_array(out) if tensor_outs else out)[...] = numpy_kernel.from_float32(values, dy_dtype)
+        return tuple(outs) if tensor_outs else tuple(_tensor_sharing(out, dy_dtype) for out in outs)
 
 
 # Straight-line constructs (graph second-order autodiff needs them): the compiled kernel returns q's dtype;
