@@ -177,7 +177,7 @@ template <TPosition P>
 class TBuf {
  public:
   template <typename T>
-  LocalTensor<T> Get() const {
+  LocalTensor<T> Get() {  // not const, as in the real TBuf
     return buffer_.view<T>();
   }
   Buffer buffer_;
@@ -219,7 +219,7 @@ class TQue {
     return buffers_[i].template view<T>();
   }
   template <typename T>
-  void FreeTensor(const LocalTensor<T> &t) {
+  void FreeTensor(LocalTensor<T> &t) {  // a non-const reference, as in the real TQue
     const size_t i = find(t.data());
     shim::check(state_[i] == kAllocated, "TQue: FreeTensor of a buffer not held");
     state_[i] = kFree;

@@ -98,8 +98,10 @@ namespace ops {
 #define MS_ROTARY_FORMATS {ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, \
                            ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND}
 
-template <typename Self>
-void DefineRotaryOp(Self &op, gert::OpImplRegisterV2::TilingKernelFunc tiling) {
+// The tiling function's type is not named: CANN 8 calls it gert::OpImplRegisterV2::TilingKernelFunc, the
+// public metadef (2023) gert::OpImplKernelRegistry::TilingKernelFunc; SetTiling takes it either way.
+template <typename Self, typename TilingFunction>
+void DefineRotaryOp(Self &op, TilingFunction tiling) {
   op.Input("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
   op.Input("cos").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
   op.Input("sin").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);

@@ -1,17 +1,30 @@
-// TilingData of both ops: the fields of MS_ROTARY_TILING_FIELDS (kernel/common/rotary_rules.h), all int64.
-// The kernel reads it with GET_TILING_DATA.
+// TilingData of both ops. One TILING_DATA_FIELD_DEF line per field: CANN's kernel build generates the
+// kernel's struct by reading these lines one at a time, so a macro expanding to fields would give it none.
+// The fields are MS_ROTARY_TILING_FIELDS (kernel/common/rotary_rules.h) in its order; tests/test_ascend_headers.py
+// checks that the two lists agree.
 #ifndef MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_
 #define MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_
 
 #include "register/tilingdata_base.h"
-#include "rotary_rules.h"
 
 namespace optiling {
-#define MS_ROTARY_TILING_DATA_FIELD(tiling_field, data_field) TILING_DATA_FIELD_DEF(int64_t, data_field);
 BEGIN_TILING_DATA_DEF(PartialRotaryTilingData)
-MS_ROTARY_TILING_FIELDS(MS_ROTARY_TILING_DATA_FIELD)
+TILING_DATA_FIELD_DEF(int64_t, rows);
+TILING_DATA_FIELD_DEF(int64_t, seq);
+TILING_DATA_FIELD_DEF(int64_t, heads);
+TILING_DATA_FIELD_DEF(int64_t, headDim);
+TILING_DATA_FIELD_DEF(int64_t, start);
+TILING_DATA_FIELD_DEF(int64_t, len);
+TILING_DATA_FIELD_DEF(int64_t, cosBStride);
+TILING_DATA_FIELD_DEF(int64_t, cosSStride);
+TILING_DATA_FIELD_DEF(int64_t, cosNStride);
+TILING_DATA_FIELD_DEF(int64_t, usedCores);
+TILING_DATA_FIELD_DEF(int64_t, rowsPerCore);
+TILING_DATA_FIELD_DEF(int64_t, bigCores);
+TILING_DATA_FIELD_DEF(int64_t, rowsPerLoop);
+TILING_DATA_FIELD_DEF(int64_t, cosRowsPerLoop);
+TILING_DATA_FIELD_DEF(int64_t, pitch);
 END_TILING_DATA_DEF;
-#undef MS_ROTARY_TILING_DATA_FIELD
 
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMul, PartialRotaryTilingData)
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulGrad, PartialRotaryTilingData)

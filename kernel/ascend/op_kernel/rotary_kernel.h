@@ -26,6 +26,24 @@ using ms_rotary::kQuarters;
 constexpr int64_t kFloatsPerRepeat = 64;  // 256 bytes of fp32: one vector repeat
 constexpr int64_t kMaxRepeats = 255;
 
+// The tiling as the kernel reads it. The kernel build generates the TilingData struct from the op_host
+// header, and its name and namespace are the generator's choice, so the kernel copies the fields it needs by
+// name into a struct of its own (ReadTiling) and never names the generated type.
+struct Tiling {
+#define MS_ROTARY_KERNEL_FIELD(tiling_field, data_field) int64_t data_field;
+  MS_ROTARY_TILING_FIELDS(MS_ROTARY_KERNEL_FIELD)
+#undef MS_ROTARY_KERNEL_FIELD
+};
+
+template <typename GeneratedTiling>
+__aicore__ inline Tiling ReadTiling(const GeneratedTiling &generated) {
+  Tiling t;
+#define MS_ROTARY_READ_FIELD(tiling_field, data_field) t.data_field = generated.data_field;
+  MS_ROTARY_TILING_FIELDS(MS_ROTARY_READ_FIELD)
+#undef MS_ROTARY_READ_FIELD
+  return t;
+}
+
 __aicore__ inline int64_t AlignUp(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
 // Lanes of a layout come in groups of g: even groups hold the pairs' a elements, odd groups their b
@@ -42,7 +60,7 @@ class PartialRotaryKernel {
   static constexpr bool kReorders = kXLayout != kYLayout;  // interleave-half: `same` is a gather too
   static constexpr bool kDyFloat = sizeof(TDy) == sizeof(float), kCosFloat = sizeof(TCos) == sizeof(float);
 
-  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const optiling::PartialRotaryTilingData &t) {
+  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
     tiling_ = t;
     const int64_t core = GetBlockIdx();
     rowBegin_ = core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
@@ -316,7 +334,7 @@ class PartialRotaryKernel {
   }
 
   template <typename T>
-  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T> &src, const TBuf<TPosition::VECCALC> &buf,
+  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T> &src, TBuf<TPosition::VECCALC> &buf,
                                                int64_t count) {
     if constexpr (sizeof(T) == sizeof(float)) {
       return src.template ReinterpretCast<float>();
@@ -430,9 +448,9 @@ class PartialRotaryKernel {
   }
 
   __aicore__ inline void Compute(int64_t row0, int64_t rows, int64_t slots) {
-    const LocalTensor<TDy> slices = inQueue_.template DeQue<TDy>();
-    const LocalTensor<TCos> cosRows = cosQueue_.template DeQue<TCos>();
-    const LocalTensor<TDy> out = outQueue_.template AllocTensor<TDy>();
+    LocalTensor<TDy> slices = inQueue_.template DeQue<TDy>();  // not const: FreeTensor takes a reference
+    LocalTensor<TCos> cosRows = cosQueue_.template DeQue<TCos>();
+    LocalTensor<TDy> out = outQueue_.template AllocTensor<TDy>();
     const int64_t n = rows * pitch_;
     const bool perRow = tiling_.cosNStride != 0;
     const uint32_t count = static_cast<uint32_t>(n);
@@ -466,7 +484,7 @@ class PartialRotaryKernel {
   }
 
   __aicore__ inline void CopyOut(int64_t row0, int64_t rows) {
-    const LocalTensor<TDy> out = outQueue_.template DeQue<TDy>();
+    LocalTensor<TDy> out = outQueue_.template DeQue<TDy>();
     const DataCopyExtParams strided{static_cast<uint16_t>(rows), static_cast<uint32_t>(len_ * sizeof(TDy)),
                                     RowGapBlocks<TDy>(), static_cast<uint32_t>((tiling_.headDim - len_) * sizeof(TDy)),
                                     0};
@@ -474,7 +492,7 @@ class PartialRotaryKernel {
     outQueue_.FreeTensor(out);
   }
 
-  optiling::PartialRotaryTilingData tiling_;
+  Tiling tiling_;
   int64_t rowBegin_ = 0, rowCount_ = 0, len_ = 0, pitch_ = 0;
   bool swap_ = false;  // partner(v) by offset Muls (MulSwapped), not a gather
   TPipe pipe_;
@@ -490,7 +508,7 @@ class PartialRotaryKernel {
 
 // Runs the kernel instance a tiling key names; CONJ is fixed by the entry point.
 template <bool CONJ, int32_t MODE, typename TDy, typename TCos>
-__aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const optiling::PartialRotaryTilingData &t) {
+__aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
   if (t.rows == 0 || GetBlockIdx() >= t.usedCores) return;  // empty work, or an idle core
   PartialRotaryKernel<MODE, CONJ, TDy, TCos> kernel;
   kernel.Init(dy, cos, sin, t);
@@ -503,20 +521,21 @@ __aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const opt
 #define MS_ROTARY_KEY(mode, conj, dyi, cosi) ms_rotary::tiling_key(mode, conj, dyi, cosi)
 #define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \
   if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, 0))) {                                                     \
-    ms_rotary_ascend::RunRotary<conj, mode, TDy, float>(dy, cos, sin, tilingData);                            \
+    ms_rotary_ascend::RunRotary<conj, mode, TDy, float>(dy, cos, sin, kernelTiling);                          \
   } else if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, 1))) {                                              \
-    ms_rotary_ascend::RunRotary<conj, mode, TDy, half>(dy, cos, sin, tilingData);                             \
+    ms_rotary_ascend::RunRotary<conj, mode, TDy, half>(dy, cos, sin, kernelTiling);                           \
   } else if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, 2))) {                                              \
-    ms_rotary_ascend::RunRotary<conj, mode, TDy, bfloat16_t>(dy, cos, sin, tilingData);                       \
+    ms_rotary_ascend::RunRotary<conj, mode, TDy, bfloat16_t>(dy, cos, sin, kernelTiling);                     \
   }
-#define MS_ROTARY_CASE_DY(conj, mode)           \
-  MS_ROTARY_CASE_COS(conj, mode, 0, float)      \
-  MS_ROTARY_CASE_COS(conj, mode, 1, half)       \
+#define MS_ROTARY_CASE_DY(conj, mode)                                                                         \
+  MS_ROTARY_CASE_COS(conj, mode, 0, float)                                                                    \
+  MS_ROTARY_CASE_COS(conj, mode, 1, half)                                                                     \
   MS_ROTARY_CASE_COS(conj, mode, 2, bfloat16_t)
-#define MS_ROTARY_DISPATCH(conj) \
-  MS_ROTARY_CASE_DY(conj, 0)     \
-  MS_ROTARY_CASE_DY(conj, 1)     \
-  MS_ROTARY_CASE_DY(conj, 2)     \
+#define MS_ROTARY_DISPATCH(conj, generatedTiling)                                                             \
+  const ms_rotary_ascend::Tiling kernelTiling = ms_rotary_ascend::ReadTiling(generatedTiling);                \
+  MS_ROTARY_CASE_DY(conj, 0)                                                                                  \
+  MS_ROTARY_CASE_DY(conj, 1)                                                                                  \
+  MS_ROTARY_CASE_DY(conj, 2)                                                                                  \
   MS_ROTARY_CASE_DY(conj, 3)
 
 #endif  // MS_ROTARY_ASCEND_ROTARY_KERNEL_H_
