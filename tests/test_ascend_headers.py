@@ -1,0 +1,57 @@
+"""The Ascend sources against the real AscendC (asc-devkit) and CANN register (metadef) headers.
+
+The type-check runs when MS_ROTARY_ASC_DEVKIT (and, for the op_host sources, MS_ROTARY_METADEF) name
+checkouts of github.com/cannmirror/asc-devkit and github.com/Ascend/metadef; kernel/ascend/README.md gives
+the commits and the commands. The tiling-field test needs nothing.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ASCEND = os.path.join(ROOT, "kernel", "ascend")
+sys.path.insert(0, ASCEND)
+import check_headers  # noqa: E402
+
+
+def x_macro_fields():
+    with open(os.path.join(ROOT, "kernel", "common", "rotary_rules.h")) as f:
+        text = f.read()
+    body = re.search(r"#define MS_ROTARY_TILING_FIELDS\(X\)(.*?)\n\n", text, re.S).group(1)
+    return re.findall(r"X\(\w+, (\w+)\)", body)
+
+
+def test_tiling_header_lists_the_rules_fields_one_per_line():
+    # CANN's kernel build reads the TilingData fields line by line; the kernel reads them through
+    # MS_ROTARY_TILING_FIELDS. A field added to one list only would be missing from the kernel's struct.
+    with open(check_headers.OP_TILING_HEADER) as f:
+        structs = check_headers.tiling_structs(f.read())
+    assert [name for name, _ in structs] == ["PartialRotaryTilingData"]
+    fields = structs[0][1]
+    assert [field for _, field in fields] == x_macro_fields()
+    assert {dtype for dtype, _ in fields} == {"int64_t"}
+
+
+def test_tiling_reader_sees_only_whole_field_lines():
+    header = "BEGIN_TILING_DATA_DEF(T)\nTILING_DATA_FIELD_DEF(int64_t, a);\nFIELDS(X)\nEND_TILING_DATA_DEF;\n"
+    assert check_headers.tiling_structs(header) == [("T", [("int64_t", "a")])]
+
+
+ASC_DEVKIT = os.environ.get("MS_ROTARY_ASC_DEVKIT")
+METADEF = os.environ.get("MS_ROTARY_METADEF")
+
+
+@pytest.mark.skipif(not ASC_DEVKIT, reason="MS_ROTARY_ASC_DEVKIT does not name an asc-devkit checkout")
+def test_every_translation_unit_type_checks_against_the_real_headers():
+    command = [sys.executable, os.path.join(ASCEND, "check_headers.py"), "--asc-devkit", ASC_DEVKIT]
+    if METADEF:
+        command += ["--metadef", METADEF]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    units = len(check_headers.KERNEL_UNITS) * len(check_headers.ARCHES)
+    units += len(check_headers.HOST_UNITS) if METADEF else 0
+    assert f"headers: {units}/{units} translation units type-check" in result.stdout
