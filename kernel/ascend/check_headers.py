@@ -9,7 +9,8 @@ each __NPU_ARCH__ in ARCHES; the closed tikicpulib headers that mode includes ar
 kernel_tiling/kernel_tiling.h by asc-devkit's own generator, our op's kernel-side tiling struct by reading
 the op_host tiling header line by line. The op_host sources compile against metadef's register headers.
 Each dispatch instantiates every tiling key, so each kernel translation unit checks all 36 instances.
---harvest prints the intrinsic names the headers call that the stand-in lacks (for a new asc-devkit commit).
+--harvest adds the intrinsic names the headers call that the stand-in lacks to intrinsics.inc and prints the
+other undeclared names (for a new asc-devkit commit).
 """
 
 import argparse
@@ -26,7 +27,7 @@ ARCHES = {"2201": "910B", "3510": "950"}
 KERNEL_UNITS = ["op_kernel/ms_rotary_partial_rotary_mul.cpp", "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"]
 HOST_UNITS = ["op_host/ms_rotary_partial_rotary_mul.cpp", "op_host/rotary_tiling.cpp"]
 OP_TILING_HEADER = os.path.join(HERE, "op_host", "ms_rotary_partial_rotary_mul_tiling.h")
-# The commits the check was last run against (README "Checked against the AscendC headers").
+# The commits the stand-ins were harvested at (kernel/ascend/README.md, "Checked against the real AscendC ...").
 PINNED = {"asc-devkit": "0da921b91aeb2abdc6e8d74423b0bbe7040c3fd1",
           "metadef": "005e2466c0b23aab65bdd1180152d88eaaace73a"}
 
