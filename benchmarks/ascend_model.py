@@ -1,15 +1,17 @@
-"""Modeled (not measured) time of the Ascend kernel on a 910B, from what the host shim counts.
+"""Modeled (not measured) time of the Ascend kernel on a 910B and a 950, from what the host shim counts.
 
 No NPU is reachable here. The kernel sources run on the host shim (kernel/ascend/host_shim), which counts per
 core and launch: vector instructions by kind with their elements and 256-byte repeats, copies GM->UB and
 UB->GM with their bursts and bytes, pipe barriers, flag and queue waits, scalar writes, and how many buffers
 the queues have. This script turns the counts of the busiest core into a time with the figures below, for
-the kernel in this tree and, for comparison, the kernel at another revision built against today's shim
+the kernel in this tree (tiled for each chip's cores and unified buffer) and, for comparison, the kernel at
+another revision built against today's shim
 (revisions from 201f0d9's successor on, where the tiling fields are stated once; the kernel before the
 throughput restructure, 7558ad1, is modeled in benchmarks/NOTES.md):
-    python -m benchmarks.ascend_model [--against REV] [--hbm-gbs 1600]
-It prints per case the modeled time, the modeled share of HBM bandwidth (the op's bytes over HBM bandwidth,
-divided by the modeled time) and the limiting unit, then `worst modeled HBM efficiency: NN%` (after).
+    python -m benchmarks.ascend_model [--against REV] [--chips 910B,950] [--hbm-gbs GBS]
+It prints per chip and case the modeled time, the modeled share of HBM bandwidth (the op's bytes over HBM
+bandwidth, divided by the modeled time) and the limiting unit, then
+`worst modeled HBM efficiency: NN% (910B), MM% (950)` (after).
 
 The model (per core; the kernel takes the slowest core plus the launch):
   memory  = sum over copies (COPY_SETUP + bytes / (HBM / cores)): every core streams at once, so each gets
@@ -23,6 +25,7 @@ The model (per core; the kernel takes the slowest core plus the launch):
   they serialize: time = memory + vector + scalar.
 """
 import argparse
+import collections
 import io
 import json
 import math
@@ -40,18 +43,26 @@ DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Ascend 910B figures. Sources: [ops] hicann/ops-transformer tiling tests' Ascend910B platform info
-# ("vector_core_cnt": 48, "UB_SIZE": 196608); [asc] cannmirror/asc-devkit docs: Mul.md ("each repeat reads
-# 256 contiguous bytes"), Vector逻辑架构.md (UB 192 KB on Atlas A2), 尽量一次搬运较大的数据块.md (copies of
-# 16 KB and more reach the best bandwidth); [hbm] Huawei's published HBM2e bandwidth for 910B parts ranges
-# 1.2-1.6 TB/s by SKU: 1.6 is used, the stricter for this bound (a slower HBM only raises efficiency).
+# Figures per chip. Sources: [ops] hicann/ops-transformer tiling tests' Ascend910B platform info
+# ("vector_core_cnt": 48, "UB_SIZE": 196608); [asc] cannmirror/asc-devkit 0da921b9: docs Mul.md ("each repeat
+# reads 256 contiguous bytes"), Vector逻辑架构.md (UB 192 KB on Atlas A2), 尽量一次搬运较大的数据块.md (copies of
+# 16 KB and more reach the best bandwidth); [asc3510] asc-devkit 0da921b9 for __NPU_ARCH__ 3510:
+# impl/basic_api/utils/kernel_utils_constants.h (TOTAL_UB_SIZE 248 KB, AIV_CORE_NUM 72, the most AIV cores the
+# headers provision for), docs NPU架构版本3510.md (the vector unit processes 256 bytes per cycle, as on 2201),
+# Mul.md / Gather.md (on the 950 the memory-based API we use runs as a register-based VF function);
+# [hbm] Huawei's published HBM2e bandwidth for 910B parts ranges 1.2-1.6 TB/s by SKU; [hbm950] reported, not
+# in a datasheet: Huawei Connect 2025 roadmap, 950PR 1.6 TB/s (HiBL 1.0), 950DT 4 TB/s (HiZQ 2.0). The
+# faster figure of each is used: the stricter bound (a slower HBM only raises efficiency).
 # Marked "assumed" where no public source gives the figure; change them with the flags below.
-VECTOR_CORES = 48          # [ops]
-UB_BYTES = 196608          # [ops], [asc]
-HBM_GBS = 1600.0           # [hbm]
-REPEAT_BYTES = 256         # [asc]
-CLOCK_GHZ = 1.8            # assumed
-ISSUE_CYCLES = 8           # assumed: per vector instruction, before its first repeat
+Chip = collections.namedtuple("Chip", "vector_cores ub_bytes hbm_gbs clock_ghz issue_cycles sources")
+CHIPS = {
+    "910B": Chip(vector_cores=48, ub_bytes=196608, hbm_gbs=1600.0, clock_ghz=1.8, issue_cycles=8,
+                 sources="48 vector cores [ops], UB 192 KB [ops][asc], HBM 1.6 TB/s [hbm]"),
+    # The memory-based calls become VF functions on the 950: a per-call cost twice the 910B's is assumed.
+    "950": Chip(vector_cores=72, ub_bytes=253952, hbm_gbs=4000.0, clock_ghz=1.8, issue_cycles=16,
+                sources="72 vector cores, UB 248 KB [asc3510], HBM 4 TB/s (reported) [hbm950]"),
+}
+REPEAT_BYTES = 256         # [asc], [asc3510]
 CYCLES_PER_REPEAT = {"Gather": 8.0}  # assumed: a gather moves one 32-byte block per cycle; others 1 repeat/cycle
 BARRIER_CYCLES = 30        # assumed: the vector pipe drains
 SCALAR_WRITE_CYCLES = 4    # assumed
@@ -96,9 +107,10 @@ def build_runner(kernel, out):
     return out
 
 
-def count(runner, work, case, backward):
+def count(runner, work, case, backward, chip):
     _, dy, cos, (start, end), mode, dtype = case
-    header = [int(backward), mode, DTYPE_IDS[dtype], DTYPE_IDS[dtype], *dy, *cos, start, end, VECTOR_CORES, UB_BYTES]
+    header = [int(backward), mode, DTYPE_IDS[dtype], DTYPE_IDS[dtype], *dy, *cos, start, end, chip.vector_cores,
+              chip.ub_bytes]
     source, counts = os.path.join(work, "in.bin"), os.path.join(work, "counts.json")
     with open(source, "wb") as f:
         f.write(b"".join(v.to_bytes(8, "little", signed=True) for v in header))  # header only: zero tensors
@@ -107,18 +119,18 @@ def count(runner, work, case, backward):
         return json.load(f)
 
 
-def core_time_us(core, blocks, args):
+def core_time_us(core, blocks, chip):
     """(modeled microseconds, limiting unit) of one core's counts."""
-    per_core_gbs = args.hbm_gbs / VECTOR_CORES
+    per_core_gbs = chip.hbm_gbs / chip.vector_cores
     memory = 0.0
     for unit in ("mte2", "mte3"):
         transfers, _bursts, nbytes = core[unit]
         memory += (transfers * COPY_SETUP_BYTES + nbytes) / (per_core_gbs * 1e3)  # bytes / (GB/s) -> us
     cycles = core["barriers"] * BARRIER_CYCLES
     for kind, (instructions, _elements, repeats) in core["vector"].items():
-        cycles += instructions * ISSUE_CYCLES + repeats * CYCLES_PER_REPEAT.get(kind, 1.0)
-    vector = cycles / (args.clock_ghz * 1e3)
-    scalar = core["scalar_writes"] * SCALAR_WRITE_CYCLES / (args.clock_ghz * 1e3)
+        cycles += instructions * chip.issue_cycles + repeats * CYCLES_PER_REPEAT.get(kind, 1.0)
+    vector = cycles / (chip.clock_ghz * 1e3)
+    scalar = core["scalar_writes"] * SCALAR_WRITE_CYCLES / (chip.clock_ghz * 1e3)
     overlaps = core["queue_buffers"] >= 2 and core["flag_waits"] == 0
     if overlaps:
         time = max(memory, vector) + min(memory, vector) / max(blocks, 1) + scalar
@@ -128,24 +140,29 @@ def core_time_us(core, blocks, args):
     return time, limit + ("" if overlaps else ", serialized")
 
 
-def model(counts, case, args):
+def model(counts, case, chip):
     _, dy, cos, (start, end), _, dtype = case
     rows = dy[0] * dy[1] * dy[2]
     blocks = math.ceil(math.ceil(rows / counts["used_cores"]) / counts["rows_per_loop"])  # per core
-    times = [core_time_us(core, blocks, args) for core in counts["cores"]]
+    times = [core_time_us(core, blocks, chip) for core in counts["cores"]]
     core_us, limit = max(times)
     total_us = core_us + LAUNCH_US
     op_bytes = (2 * rows * (end - start) + 2 * cos[0] * cos[1] * cos[2] * cos[3]) * DTYPE_BYTES[dtype]
-    hbm_us = op_bytes / (args.hbm_gbs * 1e3)
+    hbm_us = op_bytes / (chip.hbm_gbs * 1e3)
     return total_us, hbm_us / total_us, limit
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", default="", help="kernel revision to model for comparison (default: none)")
-    parser.add_argument("--hbm-gbs", type=float, default=HBM_GBS)
-    parser.add_argument("--clock-ghz", type=float, default=CLOCK_GHZ)
+    parser.add_argument("--chips", default=",".join(CHIPS), help="chips to model, from " + ", ".join(CHIPS))
+    parser.add_argument("--hbm-gbs", type=float, help="HBM bandwidth for every chip modeled (default: each chip's)")
+    parser.add_argument("--clock-ghz", type=float, help="vector clock for every chip modeled (default: each chip's)")
     args = parser.parse_args()
+    chips = {}
+    for name in args.chips.split(","):
+        chip = CHIPS[name]
+        chips[name] = chip._replace(hbm_gbs=args.hbm_gbs or chip.hbm_gbs, clock_ghz=args.clock_ghz or chip.clock_ghz)
     with tempfile.TemporaryDirectory(prefix="ms_rotary_ascend_model_") as work:
         runners = {"after": build_runner(kernel_tree(None, work), os.path.join(work, "after"))}
         if args.against:
@@ -154,24 +171,27 @@ def main():
                                                  os.path.join(work, "before"))
             except (OSError, subprocess.CalledProcessError) as error:
                 print(f"(no comparison: the kernel at {args.against} could not be built: {error})")
-        print(f"modeled, not measured: 910B, {VECTOR_CORES} vector cores, HBM {args.hbm_gbs:g} GB/s, "
-              f"vector clock {args.clock_ghz:g} GHz (assumed); cos/sin [1, S, 1, L] in the dtype of dy")
-        header = "| case | direction |"
-        for name in runners:
-            header += f" {name}: modeled us | {name}: modeled % of HBM | {name}: limited by |"
-        print(header)
-        print("|---|---|" + "---|---|---|" * len(runners))
-        worst = 1.0
-        for case in model_cases():
-            for backward in (False, True):
-                row = f"| {case[0]} | {'backward' if backward else 'forward'} |"
-                for name, runner in runners.items():
-                    us, efficiency, limit = model(count(runner, work, case, backward), case, args)
-                    row += f" {us:.1f} | {100 * efficiency:.0f}% | {limit} |"
-                    if name == "after":
-                        worst = min(worst, efficiency)
-                print(row, flush=True)
-        print(f"worst modeled HBM efficiency: {100 * worst:.0f}%")
+        worst = {}
+        for name, chip in chips.items():
+            print(f"\nmodeled, not measured: {name}: {chip.sources}; vector clock {chip.clock_ghz:g} GHz and "
+                  f"{chip.issue_cycles} cycles per call (assumed); cos/sin [1, S, 1, L] in the dtype of dy")
+            header = "| case | direction |"
+            for runner_name in runners:
+                header += (f" {runner_name}: modeled us | {runner_name}: modeled % of HBM |"
+                           f" {runner_name}: limited by |")
+            print(header)
+            print("|---|---|" + "---|---|---|" * len(runners))
+            worst[name] = 1.0
+            for case in model_cases():
+                for backward in (False, True):
+                    row = f"| {case[0]} | {'backward' if backward else 'forward'} |"
+                    for runner_name, runner in runners.items():
+                        us, efficiency, limit = model(count(runner, work, case, backward, chip), case, chip)
+                        row += f" {us:.1f} | {100 * efficiency:.0f}% | {limit} |"
+                        if runner_name == "after":
+                            worst[name] = min(worst[name], efficiency)
+                    print(row, flush=True)
+        print("worst modeled HBM efficiency: " + ", ".join(f"{100 * w:.0f}% ({n})" for n, w in worst.items()))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 from conftest import BROADCASTS, TOLERANCE, cos_shape
 from reference import rotary_forward, rotary_grad
 
+from benchmarks.ascend_model import CHIPS
 from ms_rotary.kernels import AscendKernel
 
 DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
@@ -92,6 +93,8 @@ EDGE_CASES = {  # name: (mode, dy dtype, dy shape, cos shape, start, end, cores,
     "many loops per core": (1, "bfloat16", (2, 64, 4, 128), (2, 64, 1, 64), 64, 128, 2, 8192),
     "empty slice": (0, "float32", (2, 3, 2, 16), (1, 3, 1, 4), 8, 8, 4, UB_BYTES),
     "every broadcast axis": (3, "float16", (2, 5, 3, 40), (2, 5, 3, 8), 32, 40, 7, UB_BYTES),
+    "950: 72 cores, 248 KB": (3, "bfloat16", (2, 40, 4, 192), (1, 40, 1, 64), 128, 192, CHIPS["950"].vector_cores,
+                              CHIPS["950"].ub_bytes),
 }
 
 
@@ -163,8 +166,9 @@ def test_tiling_refusal_reaches_the_launcher(kernel_runner, tmp_path):
 def test_cost_model_reads_the_counts(kernel_runner, tmp_path):
     """benchmarks/ascend_model.py on a small launch: a time above the HBM bound, an efficiency in (0, 1]."""
     from benchmarks import ascend_model
-    args = type("Args", (), {"hbm_gbs": ascend_model.HBM_GBS, "clock_ghz": ascend_model.CLOCK_GHZ})()
+    chip = ascend_model.CHIPS["910B"]
     case = ("small", (2, 64, 8, 128), (1, 64, 1, 64), (0, 64), 0, "bfloat16")
-    us, efficiency, limit = ascend_model.model(ascend_model.count(kernel_runner, str(tmp_path), case, True), case, args)
-    hbm_us = 2 * 2 * 64 * 8 * 64 * 2 / (ascend_model.HBM_GBS * 1e3)
+    counts = ascend_model.count(kernel_runner, str(tmp_path), case, True, chip)
+    us, efficiency, limit = ascend_model.model(counts, case, chip)
+    hbm_us = 2 * 2 * 64 * 8 * 64 * 2 / (chip.hbm_gbs * 1e3)
     assert us > hbm_us + ascend_model.LAUNCH_US and 0 < efficiency < 1 and limit in ("HBM", "vector", "scalar")

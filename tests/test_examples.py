@@ -37,3 +37,14 @@ def test_qwen2_vl_mrope_example_self_checks():
     out = run_example(os.path.join(EXAMPLES, "qwen2_vl_mrope.py"))
     lines = [line for line in out.splitlines() if line.startswith("[self-check]")]
     assert len(lines) == 4 and all(line.endswith("OK") for line in lines), out
+
+
+def test_device_check_agrees_on_cpu_and_refuses_a_missing_device():
+    # The same script an Ascend user runs first; on CPU the compiled kernel equals numpy bit for bit.
+    out = run_example(os.path.join(EXAMPLES, "ascend_check.py"), "--device", "CPU")
+    assert "ascend check: 72/72 cases agree on CPU" in out
+    assert all(line.endswith("0.00e+00") for line in out.splitlines() if line.startswith("ok")), out
+    missing = subprocess.run([sys.executable, os.path.join(EXAMPLES, "ascend_check.py")], capture_output=True,
+                             text=True, timeout=600)
+    if missing.returncode != 0:  # no Ascend here: a clear refusal, not a traceback
+        assert missing.returncode == 2 and "cannot use device Ascend" in missing.stderr, missing.stderr[-2000:]

@@ -102,6 +102,65 @@ def host_flags(asc_devkit, metadef):
     return [f"-I{d}" for d in dirs]
 
 
+SHIM = os.path.join(HERE, "host_shim", "kernel_operator.h")
+# The AscendC structs the shim declares for the kernel: their fields (type, name) and field-order construction
+# must be the real headers'.
+SHIM_STRUCTS = ["DataCopyExtParams", "DataCopyPadExtParams", "BinaryRepeatParams"]
+# Where the real structs differ by architecture and the shim follows the 910B: (arch, struct, field) -> the type
+# the headers declare there. Any other difference fails.
+ARCH_DIFFERENCES = {
+    ("3510", "DataCopyExtParams", "srcStride"): "int64_t",
+    ("3510", "DataCopyExtParams", "dstStride"): "int64_t",
+}
+
+
+def shim_structs(text):
+    """{struct: [(type, field)]} for SHIM_STRUCTS as the shim declares them (T of a template made float)."""
+    structs = {}
+    for name in SHIM_STRUCTS:
+        body = re.search(rf"struct {name} {{(.*?)\n}};", text, re.S).group(1)
+        fields = []
+        for declaration in re.sub(r"//[^\n]*", "", body).split(";"):
+            words = declaration.split()
+            if not words:
+                continue
+            dtype, names = words[0], " ".join(words[1:])
+            for item in names.split(","):
+                fields.append(("float" if dtype == "T" else dtype, re.match(r"\s*(\w+)", item).group(1)))
+        structs[name] = fields
+    return structs
+
+
+def shim_enums(text):
+    """{enum: [enumerator]} for the shim's scoped enums."""
+    return {name: [e.strip() for e in body.split(",") if e.strip()]
+            for name, body in re.findall(r"enum class (\w+) \{([^}]*)\}", text)}
+
+
+def write_shim_conformance(arch, work):
+    """A translation unit that compiles against the real headers only where the shim's structs and enums match
+    them: each field's type, construction in the shim's field order, each enumerator."""
+    with open(SHIM) as f:
+        text = f.read()
+    lines = ["#include <type_traits>", '#include "kernel_operator.h"', "namespace check {"]
+    for name, fields in shim_structs(text).items():
+        real = f"AscendC::{name}<float>" if name == "DataCopyPadExtParams" else f"AscendC::{name}"
+        for dtype, field in fields:
+            dtype = ARCH_DIFFERENCES.get((arch, name, field), dtype)
+            lines.append(f"static_assert(std::is_same_v<decltype({real}::{field}), {dtype}>, "
+                         f'"shim {name}::{field} is {dtype}; the header says otherwise");')
+        types = ", ".join(dtype for dtype, _ in fields)
+        lines.append(f"static_assert(std::is_constructible_v<{real}, {types}>, "
+                     f'"{name}{{...}} in the shim\'s field order does not construct the real one");')
+    for name, enumerators in shim_enums(text).items():
+        lines += [f"constexpr auto {name}_{e} = AscendC::{name}::{e};" for e in enumerators]
+    lines.append("}  // namespace check")
+    path = os.path.join(work, f"shim_conformance_{arch}.cpp")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
 INTRINSICS = os.path.join(STAND_IN, "intrinsics.inc")
 
 
@@ -156,6 +215,8 @@ def main():
                     intrinsic, other = harvest(stderr)
                     harvested |= intrinsic
                     unknown |= other
+            ok, errors, _ = compile_unit(write_shim_conformance(arch, work), flags)
+            results.append((f"host_shim/kernel_operator.h structs and enums vs the headers ({arch})", ok, errors))
         if args.metadef:
             for unit in HOST_UNITS:
                 ok, errors, _ = compile_unit(os.path.join(HERE, unit), host_flags(args.asc_devkit, args.metadef))

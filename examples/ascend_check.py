@@ -1,0 +1,74 @@
+"""First call on a device: every mode and dtype pair of the forward and the backward, checked against the
+numpy kernel (ms_rotary/numpy_kernel.py, fp32 on the host).
+
+    python examples/ascend_check.py                 # on an Ascend device, after kernel/ascend/build.sh
+    python examples/ascend_check.py --device CPU    # the same check of the compiled CPU kernel
+
+Prints one line per case and `ascend check: N/N cases agree on <device>`; exits 1 on any difference, 2 when
+the device cannot be used.
+"""
+import argparse
+import itertools
+import sys
+
+import mindspore as ms
+import numpy as np
+
+import ms_rotary
+from ms_rotary import numpy_kernel
+
+DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
+# One unit in the last place at |value| 2 (fp16, bf16): the device may fuse a multiply-add where numpy rounds.
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
+DY_SHAPE, SLICE = (2, 16, 4, 128), (32, 96)
+
+
+def tensor(values, dtype):
+    return ms.Tensor(values.astype(np.float32)).astype(DTYPES[dtype])
+
+
+def host(t):
+    return t.astype(ms.float32).asnumpy()
+
+
+def check_case(mode, dy_dtype, cos_dtype, backward, rng):
+    start, end = SLICE
+    dy = rng.uniform(-1, 1, DY_SHAPE)
+    cos = rng.uniform(-1, 1, (1, DY_SHAPE[1], 1, end - start))  # paired lanes differ: a wrong pairing shows
+    sin = rng.uniform(-1, 1, cos.shape)
+    dy_t, cos_t, sin_t = tensor(dy, dy_dtype), tensor(cos, cos_dtype), tensor(sin, cos_dtype)
+    rotated = numpy_kernel.rotate(host(dy_t), host(cos_t), host(sin_t), mode, start, end, conjugate=backward)
+    expected = host(tensor(rotated, dy_dtype))  # rounded once to dy's dtype, as the kernels store it
+    if backward:
+        got = host(ms_rotary.InplacePartialRotaryMulGrad(mode, [start, end])(dy_t, cos_t, sin_t))
+    else:
+        got = host(ms_rotary.PartialRotaryMul(mode, [start, end])(dy_t, cos_t, sin_t))
+    return float(np.max(np.abs(got - expected)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="Ascend", choices=["Ascend", "CPU"])
+    parser.add_argument("--device-id", type=int, default=0)
+    args = parser.parse_args()
+    try:
+        ms.set_device(args.device, args.device_id)
+        ms.Tensor(np.ones(1, np.float32)).asnumpy()
+    except (RuntimeError, ValueError) as error:
+        print(f"ascend check: cannot use device {args.device}: {error}", file=sys.stderr)
+        return 2
+    rng = np.random.default_rng(0)
+    cases = list(itertools.product(range(4), DTYPES, DTYPES, (False, True)))
+    agree = 0
+    for mode, dy_dtype, cos_dtype, backward in cases:
+        error = check_case(mode, dy_dtype, cos_dtype, backward, rng)
+        ok = error <= TOLERANCE[dy_dtype]
+        agree += ok
+        print(f"{'ok  ' if ok else 'DIFF'} mode {mode} ({ms_rotary.MODE_NAMES[mode]}), dy {dy_dtype}, "
+              f"cos {cos_dtype}, {'backward' if backward else 'forward'}: max |device - numpy| {error:.2e}")
+    print(f"ascend check: {agree}/{len(cases)} cases agree on {args.device}")
+    return 0 if agree == len(cases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
