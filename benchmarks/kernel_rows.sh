@@ -1,7 +1,8 @@
 #!/bin/bash
-# The CPU kernel alone against the same-bytes loop (kernel_rows.cc): per-row cost from cache, the large shapes
-# of benchmarks/run.py from memory at 1, 2, 4, ... up to every CPU's threads (kernel_ab.py), and the D pair in
-# 2 MiB pages. Needs python3, g++ and cc only. Usage: bash benchmarks/kernel_rows.sh
+# The CPU kernel alone against the same-bytes loop (kernel_rows.cc): per-row cost from cache and its arithmetic
+# floor (rotation_floor.cc), the large shapes of benchmarks/run.py from memory at 1, 2, 4, ... up to every
+# CPU's threads (kernel_ab.py), and the D pair in 2 MiB pages. Needs python3, g++ and cc only.
+# Usage: bash benchmarks/kernel_rows.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
@@ -12,6 +13,9 @@ for dtype in float32 float16 bfloat16; do
   for mode in 0 1 2; do run 1 64 32 128 0 64 $mode $dtype 1 2000; done
   run 1 64 16 192 128 192 3 $dtype 1 2000
 done
+echo "the arithmetic floor of those rows (rotation_floor.cc: the rotation alone, nothing else)"
+g++ -O3 -march=native -ffp-contract=off -std=c++17 benchmarks/rotation_floor.cc -o "$out/rotation_floor"
+"$out/rotation_floor"
 threads="1"
 for t in 2 4 8 16 32 64 128 256; do [ "$t" -le "$(nproc)" ] && threads="$threads,$t"; done
 echo "from memory: the large cases at $threads threads"
