@@ -357,7 +357,11 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
   const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)));
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
-  for (int64_t row = row_begin; row < row_end; ++row) {
+  // Heads of one token that read the same cos row run as one inner loop, with no lookup between them.
+  const bool in_place = static_cast<const void *>(dy) == static_cast<const void *>(out);
+  const bool heads_share_cos = g.lane_channels == nullptr &&
+                               (g.positions != nullptr ? g.positions_strides[2] == 0 : g.cos_n_stride == 0);
+  for (int64_t row = row_begin; row < row_end;) {
     const int64_t cos_row = g.lane_channels != nullptr ? g.token(b, srow, n) : g.cos_row(b, srow, n);
     if (cos_row != cached_cos_row) {
       if (g.lane_channels != nullptr) {
@@ -368,21 +372,32 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
       }
       cached_cos_row = cos_row;
     }
-    const T *src = dy + row * g.D + g.start;
-    T *dst = out + row * g.D + g.start;
-    if (row + ahead < row_end) {
-      prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
+    const int64_t run = heads_share_cos ? std::min(g.N - n, row_end - row) : 1;
+    const int64_t run_end = row + run;
+    if (in_place && g.len == kFixedLen) {  // the common case, with nothing decided a row
+      for (; row < run_end; ++row) {
+        T *slice = out + row * g.D + g.start;
+        if (row + ahead < row_end) prefetch_slice(slice + ahead * g.D, g.len * sizeof(T));
+        rotate_fixed_slice<CONJ, in_layout, out_layout>(slice, slice, cs);
+      }
     }
-    if (src != dst) {
-      std::memcpy(dst - g.start, src - g.start, g.start * sizeof(T));
-      std::memcpy(dst + g.len, src + g.len, (g.D - g.end) * sizeof(T));
+    for (; row < run_end; ++row) {
+      const T *src = dy + row * g.D + g.start;
+      T *dst = out + row * g.D + g.start;
+      if (row + ahead < row_end) {
+        prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
+      }
+      if (src != dst) {
+        std::memcpy(dst - g.start, src - g.start, g.start * sizeof(T));
+        std::memcpy(dst + g.len, src + g.len, (g.D - g.end) * sizeof(T));
+      }
+      if (g.len == kFixedLen) {
+        rotate_fixed_slice<CONJ, in_layout, out_layout>(src, dst, cs);
+      } else {
+        rotate_slice<CONJ, in_layout, out_layout>(src, dst, cs, g.len);
+      }
     }
-    if (g.len == kFixedLen) {
-      rotate_fixed_slice<CONJ, in_layout, out_layout>(src, dst, cs);
-    } else {
-      rotate_slice<CONJ, in_layout, out_layout>(src, dst, cs, g.len);
-    }
-    if (++n == g.N) {
+    if ((n += run) == g.N) {
       n = 0;
       if (++srow == g.S) {
         srow = 0;
