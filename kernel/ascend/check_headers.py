@@ -172,8 +172,9 @@ def declared_intrinsics():
 def harvest(stderr):
     """Names the headers call that nothing declares and that look like bisheng intrinsics or tikicpulib
     functions (lower case, AscendC* CPU-debug hooks, *_stub); anything else is printed for a person."""
-    names = set(re.findall(r"error: ‘(\w+)’ was not declared in this scope", stderr))
-    names |= set(re.findall(r"there are no arguments to ‘(\w+)’ that depend", stderr))
+    quote = "[‘'`]"  # g++ quotes names with ‘’ in a UTF-8 locale, with '' in the C locale
+    names = set(re.findall(rf"error: {quote}(\w+){quote}? was not declared in this scope", stderr))
+    names |= set(re.findall(rf"there are no arguments to {quote}(\w+)", stderr))
     intrinsic = {n for n in names if re.fullmatch(r"[a-z_][a-z0-9_]*|AscendC[A-Z]\w*|Gm(Alloc|Free)", n)
                  and not re.fullmatch(r"u?(float|int|long|half)\d+\w*|\w+_t|__\w+__", n)}  # types, qualifiers
     return intrinsic, names - intrinsic
@@ -199,9 +200,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--asc-devkit", required=True, help="checkout of cannmirror/asc-devkit")
     parser.add_argument("--metadef", help="checkout of Ascend/metadef (op_host sources)")
-    parser.add_argument("--harvest", action="store_true", help="print undeclared names the headers call")
+    parser.add_argument("--harvest", action="store_true",
+                        help="add the intrinsics the headers call and nothing declares to intrinsics.inc")
     parser.add_argument("--verbose", action="store_true", help="print every error, not the first ten")
     args = parser.parse_args()
+    for flag, checkout, marker in (("--asc-devkit", args.asc_devkit, "include/kernel_operator.h"),
+                                   ("--metadef", args.metadef, "inc/external/register/tilingdata_base.h")):
+        if checkout and not os.path.isfile(os.path.join(checkout, marker)):
+            parser.error(f"{flag}={checkout!r} is not a checkout of that repository: it has no {marker}")
 
     results, harvested, unknown = [], set(), set()
     with tempfile.TemporaryDirectory() as work:
@@ -228,7 +234,7 @@ def main():
         harvested = {n for n in harvested if not re.search(rf"\b{n}\b", by_hand)}
         new = harvested - declared_intrinsics()
         write_intrinsics(declared_intrinsics() | harvested)
-        print(f"harvest: {len(new)} intrinsic names added to {os.path.relpath(INTRINSICS, ROOT)}: "
+        print(f"harvest: {len(new)} intrinsic names added to {os.path.relpath(INTRINSICS, ROOT)} (rerun to check): "
               f"{' '.join(sorted(new))}")
         print(f"harvest: other undeclared names (declare by hand, or they follow from an earlier error): "
               f"{' '.join(sorted(unknown))}")
