@@ -46,6 +46,17 @@ def test_shim_structs_are_read_field_by_field():
     assert len(structs["BinaryRepeatParams"]) == 6
 
 
+def test_shim_functions_are_the_free_api_calls():
+    functions = check_headers.shim_functions(check_headers.preprocessed_shim())
+    names = [name for name, _, _ in functions]
+    assert {"Gather", "Cast", "Adds", "Mins", "CreateVecIndex", "PipeBarrier"} <= set(names)
+    assert names.count("DataCopyPad") == 2 and names.count("Mul") == 2  # both directions; count and repeat forms
+    assert "FreeTensor" not in names and "EnQue" not in names  # class members are the kernel's calls to check
+    gather = dict((name, types) for name, _, types in functions)["Gather"]
+    assert gather == ["const LocalTensor<T> &", "const LocalTensor<T> &", "const LocalTensor<uint32_t> &", "uint32_t",
+                      "uint32_t"]
+
+
 def test_tiling_reader_sees_only_whole_field_lines():
     header = "BEGIN_TILING_DATA_DEF(T)\nTILING_DATA_FIELD_DEF(int64_t, a);\nFIELDS(X)\nEND_TILING_DATA_DEF;\n"
     assert check_headers.tiling_structs(header) == [("T", [("int64_t", "a")])]
