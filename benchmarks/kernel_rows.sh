@@ -14,7 +14,8 @@ for dtype in float32 float16 bfloat16; do
   run 1 64 16 192 128 192 3 $dtype 1 2000
 done
 echo "the arithmetic floor of those rows (rotation_floor.cc: the rotation alone, nothing else)"
-g++ -O3 -march=native -ffp-contract=off -std=c++17 benchmarks/rotation_floor.cc -o "$out/rotation_floor"
+g++ -O3 -march=native -std=c++17 -pthread -ffp-contract=off -I kernel/cpu benchmarks/rotation_floor.cc \
+  -o "$out/rotation_floor"
 "$out/rotation_floor"
 threads="1"
 for t in 2 4 8 16 32 64 128 256; do [ "$t" -le "$(nproc)" ] && threads="$threads,$t"; done

@@ -297,15 +297,15 @@ def main():
             print(f"FAILED {name}: {len(errors)} errors")
             for line in errors if args.verbose else errors[:10]:
                 print("  " + line)
-    for name, checkout in (("asc-devkit", args.asc_devkit), ("metadef", args.metadef)):
-        if checkout and git_commit(checkout) != PINNED[name]:
-            print(f"note: {name} is at {git_commit(checkout)[:12]}, the stand-ins were harvested at "
-                  f"{PINNED[name][:12]}; new errors may be new intrinsics (--harvest)")
+    commits = {name: git_commit(checkout) for name, checkout in (("asc-devkit", args.asc_devkit),
+                                                                   ("metadef", args.metadef)) if checkout}
+    for name, commit in commits.items():
+        if commit != PINNED[name]:
+            print(f"note: {name} is at {commit[:12]}, the stand-ins were harvested at {PINNED[name][:12]}; "
+                  f"new errors may be new intrinsics (--harvest)")
     passed = sum(ok for _, ok, _ in results)
-    commits = f"asc-devkit {git_commit(args.asc_devkit)[:12]}"
-    if args.metadef:
-        commits += f", metadef {git_commit(args.metadef)[:12]}"
-    print(f"headers: {passed}/{len(results)} translation units type-check against {commits} "
+    against = ", ".join(f"{name} {commit[:12]}" for name, commit in commits.items())
+    print(f"headers: {passed}/{len(results)} translation units type-check against {against} "
           f"for {', '.join(ARCHES)}")
     return 0 if passed == len(results) else 1
 
