@@ -8,9 +8,10 @@ the kernel in this tree (tiled for each chip's cores and unified buffer) and, fo
 another revision built against today's shim
 (revisions from 201f0d9's successor on, where the tiling fields are stated once; the kernel before the
 throughput restructure, 7558ad1, is modeled in benchmarks/NOTES.md):
-    python -m benchmarks.ascend_model [--against REV] [--chips 910B,950] [--hbm-gbs GBS]
-It prints per chip and case the modeled time, the modeled share of HBM bandwidth (the op's bytes over HBM
-bandwidth, divided by the modeled time) and the limiting unit, then
+    python -m benchmarks.ascend_model [--against REV] [--chips 910B,950] [--hbm-gbs GBS] [--memory-kernel]
+With --memory-kernel it also models the memory-based kernel where the chip's tiling picks the register-based
+one (the 950). It prints per chip and case the modeled time, the modeled share of HBM bandwidth (the op's
+bytes over HBM bandwidth, divided by the modeled time) and the limiting unit, then
 `worst modeled HBM efficiency: NN% (910B), MM% (950)` (after).
 
 The model (per core; the kernel takes the slowest core plus the launch):
@@ -18,7 +19,7 @@ The model (per core; the kernel takes the slowest core plus the launch):
             its share of HBM; COPY_SETUP makes a 16 KB copy reach ~90% of it (asc-devkit guide: copies of
             16 KB and more "usually reach the best bandwidth").
   vector  = sum over instructions (ISSUE + repeats * cycles per repeat of its kind) + barriers * BARRIER,
-            at CLOCK.
+            at CLOCK; the 950's register instructions REG_CYCLES each, its VF calls ISSUE each.
   scalar  = scalar writes * SCALAR_WRITE.
   With two buffers per queue and no explicit flag waits, copy-in, compute and copy-out of successive blocks
   overlap: time = max(memory, vector) + one block of the other unit (fill and drain) + scalar. Otherwise
@@ -54,15 +55,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # in a datasheet: Huawei Connect 2025 roadmap, 950PR 1.6 TB/s (HiBL 1.0), 950DT 4 TB/s (HiZQ 2.0). The
 # faster figure of each is used: the stricter bound (a slower HBM only raises efficiency).
 # Marked "assumed" where no public source gives the figure; change them with the flags below.
-Chip = collections.namedtuple("Chip", "vector_cores ub_bytes hbm_gbs clock_ghz issue_cycles sources")
+Chip = collections.namedtuple("Chip", "vector_cores ub_bytes hbm_gbs clock_ghz issue_cycles npu_arch sources")
 CHIPS = {
-    "910B": Chip(vector_cores=48, ub_bytes=196608, hbm_gbs=1600.0, clock_ghz=1.8, issue_cycles=8,
+    "910B": Chip(vector_cores=48, ub_bytes=196608, hbm_gbs=1600.0, clock_ghz=1.8, issue_cycles=8, npu_arch=2201,
                  sources="48 vector cores [ops], UB 192 KB [ops][asc], HBM 1.6 TB/s [hbm]"),
-    # The memory-based calls become VF functions on the 950: a per-call cost twice the 910B's is assumed.
-    "950": Chip(vector_cores=72, ub_bytes=253952, hbm_gbs=4000.0, clock_ghz=1.8, issue_cycles=16,
+    # The memory-based calls become VF functions on the 950: a per-call cost twice the 910B's is assumed, and
+    # the same for starting one of the register-based kernel's VF functions.
+    "950": Chip(vector_cores=72, ub_bytes=253952, hbm_gbs=4000.0, clock_ghz=1.8, issue_cycles=16, npu_arch=3510,
                 sources="72 vector cores, UB 248 KB [asc3510], HBM 4 TB/s (reported) [hbm950]"),
 }
 REPEAT_BYTES = 256         # [asc], [asc3510]
+# The 950's register instructions ("Reg::" counts), each over one 256-byte register: one cycle each, the
+# documented rate of every kind the kernel uses ([reg] asc-devkit 0da921b9 docs
+# 附录/Reg矢量计算接口理论性能汇总.md: 64 fp32 elements per cycle for LoadAlign, StoreAlign, Mul, Add, Sub,
+# Cast, Interleave, DeInterleave). Loads, Mul, Add, Sub and Cast may dual-issue (附录/...指令单双发汇总.md);
+# the model does not count on it. A VF call ("VF") costs the chip's issue_cycles.
+REG_CYCLES = 1.0
 CYCLES_PER_REPEAT = {"Gather": 8.0}  # assumed: a gather moves one 32-byte block per cycle; others 1 repeat/cycle
 BARRIER_CYCLES = 30        # assumed: the vector pipe drains
 SCALAR_WRITE_CYCLES = 4    # assumed
@@ -84,15 +92,21 @@ def model_cases():
 
 
 def kernel_tree(revision, out_dir):
-    """kernel/ of this tree, or of a git revision with today's host shim (so both are counted alike)."""
+    """kernel/ of this tree, or of a git revision with today's host shim (so both are counted alike) and the
+    revision's own runner (which fills the revision's tiling)."""
     if revision is None:
         return os.path.join(ROOT, "kernel")
     archive = subprocess.run(["git", "-C", ROOT, "archive", revision, "kernel"], capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(out_dir, filter="data")
     shim = os.path.join(out_dir, "kernel", "ascend", "host_shim")
+    runner = os.path.join(shim, "run_kernel_host.cpp")
+    with open(runner) as f:
+        own_runner = f.read()
     shutil.rmtree(shim)
     shutil.copytree(os.path.join(ROOT, "kernel", "ascend", "host_shim"), shim)
+    with open(runner, "w") as f:
+        f.write(own_runner)
     return os.path.join(out_dir, "kernel")
 
 
@@ -107,16 +121,19 @@ def build_runner(kernel, out):
     return out
 
 
-def count(runner, work, case, backward, chip):
+def count(runner, work, case, backward, chip, npu_arch=None):
+    """The runner's counts for a launch of `case` on `chip` (as an `npu_arch` chip, if given)."""
     _, dy, cos, (start, end), mode, dtype = case
     header = [int(backward), mode, DTYPE_IDS[dtype], DTYPE_IDS[dtype], *dy, *cos, start, end, chip.vector_cores,
-              chip.ub_bytes]
+              chip.ub_bytes, npu_arch or chip.npu_arch]
     source, counts = os.path.join(work, "in.bin"), os.path.join(work, "counts.json")
-    with open(source, "wb") as f:
-        f.write(b"".join(v.to_bytes(8, "little", signed=True) for v in header))  # header only: zero tensors
-    subprocess.run([runner, source, os.devnull, counts], check=True)
-    with open(counts) as f:
-        return json.load(f)
+    for values in (header, header[:-1]):  # runners before the 950's kernel read no npu_arch
+        with open(source, "wb") as f:
+            f.write(b"".join(v.to_bytes(8, "little", signed=True) for v in values))  # header only: zero tensors
+        if subprocess.run([runner, source, os.devnull, counts]).returncode == 0:
+            with open(counts) as f:
+                return json.load(f)
+    raise RuntimeError(f"{runner} failed on {case[0]}")
 
 
 def core_time_us(core, blocks, chip):
@@ -128,7 +145,10 @@ def core_time_us(core, blocks, chip):
         memory += (transfers * COPY_SETUP_BYTES + nbytes) / (per_core_gbs * 1e3)  # bytes / (GB/s) -> us
     cycles = core["barriers"] * BARRIER_CYCLES
     for kind, (instructions, _elements, repeats) in core["vector"].items():
-        cycles += instructions * chip.issue_cycles + repeats * CYCLES_PER_REPEAT.get(kind, 1.0)
+        if kind.startswith("Reg::"):
+            cycles += instructions * REG_CYCLES
+        else:
+            cycles += instructions * chip.issue_cycles + repeats * CYCLES_PER_REPEAT.get(kind, 1.0)
     vector = cycles / (chip.clock_ghz * 1e3)
     scalar = core["scalar_writes"] * SCALAR_WRITE_CYCLES / (chip.clock_ghz * 1e3)
     overlaps = core["queue_buffers"] >= 2 and core["flag_waits"] == 0
@@ -158,17 +178,23 @@ def main():
     parser.add_argument("--chips", default=",".join(CHIPS), help="chips to model, from " + ", ".join(CHIPS))
     parser.add_argument("--hbm-gbs", type=float, help="HBM bandwidth for every chip modeled (default: each chip's)")
     parser.add_argument("--clock-ghz", type=float, help="vector clock for every chip modeled (default: each chip's)")
+    parser.add_argument("--memory-kernel", action="store_true",
+                        help="also model each chip with the memory-based kernel (the 950's is register-based where "
+                             "the slice fits it)")
     args = parser.parse_args()
     chips = {}
     for name in args.chips.split(","):
         chip = CHIPS[name]
         chips[name] = chip._replace(hbm_gbs=args.hbm_gbs or chip.hbm_gbs, clock_ghz=args.clock_ghz or chip.clock_ghz)
     with tempfile.TemporaryDirectory(prefix="ms_rotary_ascend_model_") as work:
-        runners = {"after": build_runner(kernel_tree(None, work), os.path.join(work, "after"))}
+        after = build_runner(kernel_tree(None, work), os.path.join(work, "after"))
+        runners = {"after": (after, None)}  # name: (runner, npu_arch it models: None for the chip's)
+        if args.memory_kernel:
+            runners["memory kernel"] = (after, CHIPS["910B"].npu_arch)
         if args.against:
             try:
-                runners["before"] = build_runner(kernel_tree(args.against, os.path.join(work, "rev")),
-                                                 os.path.join(work, "before"))
+                runners["before"] = (build_runner(kernel_tree(args.against, os.path.join(work, "rev")),
+                                                  os.path.join(work, "before")), None)
             except (OSError, subprocess.CalledProcessError) as error:
                 print(f"(no comparison: the kernel at {args.against} could not be built: {error})")
         worst = {}
@@ -185,8 +211,9 @@ def main():
             for case in model_cases():
                 for backward in (False, True):
                     row = f"| {case[0]} | {'backward' if backward else 'forward'} |"
-                    for runner_name, runner in runners.items():
-                        us, efficiency, limit = model(count(runner, work, case, backward, chip), case, chip)
+                    for runner_name, (runner, npu_arch) in runners.items():
+                        us, efficiency, limit = model(count(runner, work, case, backward, chip, npu_arch), case,
+                                                      chip)
                         row += f" {us:.1f} | {100 * efficiency:.0f}% | {limit} |"
                         if runner_name == "after":
                             worst[name] = min(worst[name], efficiency)

@@ -55,16 +55,17 @@ def _from_bits(raw, dtype, shape):
 
 
 def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end,
-                cores=8, ub_bytes=UB_BYTES, seed=0):
+                cores=8, ub_bytes=UB_BYTES, seed=0, arch=2201):
     rng = np.random.default_rng(seed)
     dy_raw, dy64 = _to_bits(rng.uniform(-1, 1, dy_shape).astype(np.float32), dy_dtype)
     cos_raw, cos64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
     sin_raw, sin64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
     header = np.array([int(conjugate), mode, DTYPE_IDS[dy_dtype], DTYPE_IDS[cos_dtype], *dy_shape, *cos_shape_,
-                       start, end, cores, ub_bytes], np.int64)
-    source, target = tmp_path / "in.bin", tmp_path / "out.bin"
+                       start, end, cores, ub_bytes, arch], np.int64)
+    source, target, counts = tmp_path / "in.bin", tmp_path / "out.bin", tmp_path / "counts.json"
     source.write_bytes(header.tobytes() + dy_raw + cos_raw + sin_raw)
-    result = subprocess.run([runner, str(source), str(target)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([runner, str(source), str(target), str(counts)], capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     got = _from_bits(target.read_bytes(), dy_dtype, dy_shape)
     reference = rotary_grad if conjugate else rotary_forward
@@ -73,6 +74,15 @@ def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape
     np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
     np.testing.assert_array_equal(got[..., :start], dy64[..., :start])
     np.testing.assert_array_equal(got[..., end:], dy64[..., end:])
+    return json.loads(counts.read_text())
+
+
+def register_path_ran(counts):
+    """Whether the launch ran the 950's register-based kernel (its register instructions), and only it."""
+    kinds = {kind for core in counts["cores"] for kind in core["vector"]}
+    register = {kind for kind in kinds if kind.startswith("Reg::") or kind == "VF"}
+    assert not register or register == kinds, kinds  # never both kernels in one launch
+    return bool(register)
 
 
 @pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
@@ -83,6 +93,77 @@ def test_kernel_every_mode_and_dtype(kernel_runner, tmp_path, mode, dy_dtype, co
     pattern = BROADCASTS[(mode * 9 + DTYPE_IDS[dy_dtype] * 3 + DTYPE_IDS[cos_dtype]) % len(BROADCASTS)]
     run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape,
                 cos_shape(dy_shape, pattern, 16), 4, 20, seed=mode)
+
+
+# The Ascend 950 (npu_arch 3510): slices whose segments hold 16, 32 or a multiple of 64 pairs take the
+# register-based kernel (op_kernel/rotary_kernel_arch35.h), the others the memory-based one.
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("dy_dtype,cos_dtype", list(itertools.product(DTYPE_IDS, DTYPE_IDS)))
+@pytest.mark.parametrize("mode", range(4))
+def test_950_register_kernel_every_mode_and_dtype(kernel_runner, tmp_path, mode, dy_dtype, cos_dtype, conjugate):
+    dy_shape = (2, 3, 2, 80)  # slice [8, 72): 32 pairs per segment, 16 for quarters
+    pattern = BROADCASTS[(mode * 9 + DTYPE_IDS[dy_dtype] * 3 + DTYPE_IDS[cos_dtype]) % len(BROADCASTS)]
+    counts = run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape,
+                         cos_shape(dy_shape, pattern, 64), 8, 72, cores=3, seed=mode, arch=3510)
+    assert register_path_ran(counts)
+
+
+ARCH35_CASES = {  # name: (mode, dy dtype, cos dtype, dy shape, cos shape, start, end, cores, UB bytes)
+    "64 pairs a segment, heads share cos": (0, "bfloat16", "float32", (2, 5, 4, 136), (1, 5, 1, 128), 8, 136, 3,
+                                            UB_BYTES),
+    "two registers a row, cos per row": (0, "float32", "float16", (1, 3, 2, 256), (1, 3, 2, 256), 0, 256, 2,
+                                         UB_BYTES),
+    "quarters, 64 pairs a segment, batch shares cos": (2, "float16", "bfloat16", (3, 4, 2, 256), (3, 1, 1, 256), 0,
+                                                       256, 4, UB_BYTES),
+    "interleaved, 128 pairs, one cos row for all": (1, "bfloat16", "bfloat16", (2, 3, 3, 288), (1, 1, 1, 256), 32,
+                                                    288, 5, UB_BYTES),
+    "16 pairs, odd rows per run, registers span runs": (3, "float32", "float32", (3, 7, 3, 48), (1, 7, 1, 32), 16,
+                                                       48, 4, UB_BYTES),
+    "one head: a cos row per row": (1, "float16", "float32", (2, 9, 1, 64), (1, 9, 1, 64), 0, 64, 3, UB_BYTES),
+    "many blocks per core": (3, "bfloat16", "float32", (2, 64, 4, 192), (1, 64, 1, 64), 128, 192, 2, 12 * 1024),
+    "950: 72 cores, 248 KB": (3, "bfloat16", "bfloat16", (2, 40, 4, 192), (1, 40, 1, 64), 128, 192,
+                              CHIPS["950"].vector_cores, CHIPS["950"].ub_bytes),
+}
+
+
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("name", ARCH35_CASES)
+def test_950_register_kernel_shapes(kernel_runner, tmp_path, name, conjugate):
+    mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end, cores, ub_bytes = ARCH35_CASES[name]
+    counts = run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start,
+                         end, cores, ub_bytes, seed=len(name), arch=3510)
+    assert register_path_ran(counts)
+
+
+@pytest.mark.parametrize("mode,start,end", [(0, 4, 28), (1, 0, 40), (2, 0, 96)], ids=["12 pairs", "20", "24"])
+def test_950_other_slices_take_the_memory_kernel(kernel_runner, tmp_path, mode, start, end):
+    dy_shape = (2, 3, 2, 96)
+    counts = run_on_host(kernel_runner, tmp_path, True, mode, "bfloat16", "float32", dy_shape,
+                         (1, 3, 1, end - start), start, end, cores=3, arch=3510)
+    assert not register_path_ran(counts)
+
+
+def test_950_register_kernel_counts(kernel_runner, tmp_path):
+    """Guards the register path's design (benchmarks/ascend_model.py): one copy per region and block, only the
+    slice's bytes; one VF call per run of rows sharing a cos row (plus one repeating the cos rows); per 64
+    pairs (two rows here) two loads and two casts in, six products and sums, two casts and stores out."""
+    dy_shape, cos_shape_, start, end, cores = (2, 8, 8, 96), (1, 8, 1, 64), 16, 80, 2
+    counts = run_on_host(kernel_runner, tmp_path, False, 0, "bfloat16", "bfloat16", dy_shape, cos_shape_, start,
+                         end, cores, UB_BYTES, arch=3510)
+    rows_per_core = dy_shape[0] * dy_shape[1] * dy_shape[2] // cores
+    assert counts["rows_per_loop"] == rows_per_core
+    runs = rows_per_core // dy_shape[2]
+    for core in counts["cores"]:
+        assert core["queue_buffers"] == 2 and core["flag_waits"] == 0 and core["scalar_writes"] == 0
+        slice_bytes = rows_per_core * (end - start) * 2
+        assert core["mte2"][0] == 2 + 4 and core["mte2"][2] == slice_bytes + 2 * runs * 64 * 2  # dy; cos, sin
+        assert core["mte3"] == [2, 2 * rows_per_core, slice_bytes]
+        vector = {kind: v[0] for kind, v in core["vector"].items()}
+        assert vector["VF"] == runs + 1
+        registers = rows_per_core // 2
+        assert vector["Reg::Mul"] == 4 * registers and vector["Reg::Add"] == vector["Reg::Sub"] == registers
+        assert vector["Reg::Cast"] == 4 * registers + 4 * runs  # in and out; cos and sin once per run
+        assert "Reg::DeInterleave" not in vector and "Reg::Interleave" not in vector  # halves: no shuffles
 
 
 EDGE_CASES = {  # name: (mode, dy dtype, dy shape, cos shape, start, end, cores, unified buffer bytes)
@@ -138,7 +219,7 @@ def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path
     dy_shape, cos_shape_, start, end, cores = (2, 8, 8, 96), (1, 8, 1, 64), 16, 80, 2
     run_on_host(kernel_runner, tmp_path, False, mode, "bfloat16", "float32", dy_shape, cos_shape_, start, end,
                 cores, UB_BYTES)  # right, first
-    header = np.array([0, mode, 2, 0, *dy_shape, *cos_shape_, start, end, cores, UB_BYTES], np.int64)
+    header = np.array([0, mode, 2, 0, *dy_shape, *cos_shape_, start, end, cores, UB_BYTES, 2201], np.int64)
     (tmp_path / "in.bin").write_bytes(header.tobytes())
     subprocess.run([kernel_runner, str(tmp_path / "in.bin"), str(tmp_path / "out.bin"), str(tmp_path / "c.json")],
                    check=True)
@@ -156,7 +237,7 @@ def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path
 
 
 def test_tiling_refusal_reaches_the_launcher(kernel_runner, tmp_path):
-    header = np.array([1, 0, 0, 0, 1, 2, 1, 16, 1, 2, 1, 8, 0, 8, 4, 256], np.int64)  # 256 bytes of UB: no room
+    header = np.array([1, 0, 0, 0, 1, 2, 1, 16, 1, 2, 1, 8, 0, 8, 4, 256, 2201], np.int64)  # 256 bytes of UB
     source = tmp_path / "in.bin"
     source.write_bytes(header.tobytes() + bytes(2 * 16 * 4 + 2 * 2 * 8 * 4))
     result = subprocess.run([kernel_runner, str(source), str(tmp_path / "out.bin")], capture_output=True)

@@ -114,10 +114,10 @@ ARCH_DIFFERENCES = {
 }
 
 
-def shim_structs(text):
-    """{struct: [(type, field)]} for SHIM_STRUCTS as the shim declares them (T of a template made float)."""
+def shim_structs(text, names=SHIM_STRUCTS):
+    """{struct: [(type, field)]} for `names` as the shim declares them (T of a template made float)."""
     structs = {}
-    for name in SHIM_STRUCTS:
+    for name in names:
         body = re.search(rf"struct {name} {{(.*?)\n}};", text, re.S).group(1)
         fields = []
         for declaration in re.sub(r"//[^\n]*", "", body).split(";"):
@@ -131,16 +131,44 @@ def shim_structs(text):
     return structs
 
 
+# The shim's register API (arch35) lives in AscendC::Reg, which the headers declare for 3510 only.
+REG_NAMESPACE = "namespace Reg {"
+REG_ARCHES = ["3510"]
+REG_STRUCTS = ["CastTrait"]  # an aggregate: its field types are checked, not a constructor
+
+
+def namespace_span(text, opening):
+    """(start, end) of the namespace block that `opening` starts in text, or (-1, -1)."""
+    start = text.find(opening)
+    if start < 0:
+        return -1, -1
+    depth = 0
+    for end in range(start + len(opening) - 1, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[end], 0)
+        if depth == 0:
+            return start, end
+    raise ValueError(f"unbalanced braces after {opening!r}")
+
+
 def shim_enums(text):
-    """{enum: [enumerator]} for the shim's scoped enums."""
-    return {name: [e.strip() for e in body.split(",") if e.strip()]
-            for name, body in re.findall(r"enum class (\w+) \{([^}]*)\}", text)}
+    """{qualified enum: [enumerator]} for the shim's scoped enums (AscendC::Reg:: for those of the register
+    API), enumerators without their values."""
+    reg = namespace_span(text, REG_NAMESPACE)
+    enums = {}
+    for match in re.finditer(r"enum class (\w+)[^{]*\{([^}]*)\}", text):
+        scope = "AscendC::Reg::" if reg[0] <= match.start() <= reg[1] else "AscendC::"
+        enums[scope + match.group(1)] = [e.split("=")[0].strip() for e in match.group(2).split(",") if e.strip()]
+    return enums
 
 
-# How a shim function's template parameters are filled for its probe: type parameters in order (Cast's
-# destination half, source float), non-type ones by their type.
-PROBE_TYPES = ["float", "half"]
-PROBE_VALUES = {"HardEvent": "AscendC::HardEvent::MTE2_V", "pipe_t": "PIPE_V"}
+# How a shim function's template parameters are filled for its probe: the leading ones its arguments cannot
+# deduce are passed, types in order from PROBE_TYPES (Cast's destination float, source half), non-type ones
+# by their type; the rest are deduced from the arguments, typed with the same substitutions.
+PROBE_TYPES = ["float", "half", "float", "half"]
+PROBE_VALUES = {"HardEvent": "AscendC::HardEvent::MTE2_V", "pipe_t": "PIPE_V",
+                "LoadDist": "AscendC::Reg::LoadDist::DIST_NORM", "StoreDist": "AscendC::Reg::StoreDist::DIST_NORM",
+                "MaskMergeMode": "AscendC::Reg::MaskMergeMode::ZEROING",
+                "MaskPattern": "AscendC::Reg::MaskPattern::ALL", "const CastTrait": "AscendC::Reg::castTrait"}
 
 
 def preprocessed_shim():
@@ -151,13 +179,17 @@ def preprocessed_shim():
 
 def shim_functions(preprocessed):
     """[(name, [template parameter], [parameter type])] for the shim's free AscendC function templates
-    (capitalised, as the API's are), from the shim after the preprocessor (its macros define several)."""
+    (capitalised, as the API's are; Reg::Name for the register API), from the shim after the preprocessor
+    (its macros define several)."""
     api = re.sub(r"\s+", " ", preprocessed[preprocessed.index("namespace AscendC"):])
+    reg = namespace_span(api, REG_NAMESPACE)
     found = []
-    for match in re.finditer(r"template <([^>]*)> (?:inline )?void ([A-Z]\w*)\(([^)]*)\) \{", api):
-        if api.count("{", 0, match.start()) - api.count("}", 0, match.start()) != 1:
+    for match in re.finditer(r"template <([^>]*)> (?:inline )?(?:void|MaskReg) ([A-Z]\w*)\(([^)]*)\) \{", api):
+        in_reg = reg[0] <= match.start() <= reg[1]
+        if api.count("{", 0, match.start()) - api.count("}", 0, match.start()) != (2 if in_reg else 1):
             continue  # a class member (TQue::EnQue, ...): the kernel's own calls check those
         template, name, params = match.groups()
+        name = "Reg::" + name if in_reg else name
         types = []
         for param in filter(None, (p.strip() for p in params.split(","))):
             named = re.match(r"(.*[\s&*>])(\w+)$", param)
@@ -166,16 +198,21 @@ def shim_functions(preprocessed):
     return found
 
 
-def function_probes(preprocessed):
+def function_probes(preprocessed, arch):
     """One unevaluated call per shim function: the real API must accept the shim's own parameter types."""
     lines = []
     for k, (name, template, types) in enumerate(shim_functions(preprocessed)):
-        explicit, substitutions, next_type = [], {}, iter(PROBE_TYPES)
+        if name.startswith("Reg::") and arch not in REG_ARCHES:
+            continue
+        explicit, substitutions, next_type, deducing = [], {}, iter(PROBE_TYPES), False
         for parameter in template:
-            kind, symbol = parameter.rsplit(" ", 1)
+            kind, symbol = parameter.split("=")[0].strip().replace("&", " ").rsplit(None, 1)
+            deducing = deducing or any(re.search(rf"\b{symbol}\b", t) for t in types)
             if kind == "typename":
                 substitutions[symbol] = next(next_type)
-            else:
+                if not deducing:
+                    explicit.append(substitutions[symbol])
+            elif not deducing:
                 explicit.append(PROBE_VALUES[kind])
         args = []
         for dtype in types:
@@ -183,7 +220,7 @@ def function_probes(preprocessed):
                 dtype = re.sub(rf"\b{symbol}\b", value, dtype)
             args.append(f"std::declval<{dtype}>()")
         call = f"AscendC::{name}{'<' + ', '.join(explicit) + '>' if explicit else ''}({', '.join(args)})"
-        lines.append(f"using probe_{k}_{name} = decltype({call});")
+        lines.append(f"using probe_{k}_{name.replace('::', '_')} = decltype({call});")
     return lines
 
 
@@ -196,6 +233,8 @@ def write_shim_conformance(arch, work):
     preprocessed = preprocessed_shim()
     lines = ["#include <type_traits>", "#include <utility>", '#include "kernel_operator.h"', "namespace check {",
              "using namespace AscendC;"]
+    if arch in REG_ARCHES:
+        lines.append("using namespace AscendC::Reg;")
     for name, fields in shim_structs(text).items():
         real = f"AscendC::{name}<float>" if name == "DataCopyPadExtParams" else f"AscendC::{name}"
         for dtype, field in fields:
@@ -205,9 +244,15 @@ def write_shim_conformance(arch, work):
         types = ", ".join(dtype for dtype, _ in fields)
         lines.append(f"static_assert(std::is_constructible_v<{real}, {types}>, "
                      f'"{name}{{...}} in the shim\'s field order does not construct the real one");')
+    for name, fields in shim_structs(text, REG_STRUCTS if arch in REG_ARCHES else []).items():
+        lines += [f"static_assert(std::is_same_v<decltype(AscendC::Reg::{name}::{field}), {dtype}>, "
+                  f'"shim Reg::{name}::{field} is {dtype}; the header says otherwise");' for dtype, field in fields]
     for name, enumerators in shim_enums(text).items():
-        lines += [f"constexpr auto {name}_{e} = AscendC::{name}::{e};" for e in enumerators]
-    lines += function_probes(preprocessed)
+        if name.startswith("AscendC::Reg::") and arch not in REG_ARCHES:
+            continue
+        symbol = name.replace("::", "_")
+        lines += [f"constexpr auto {symbol}_{e} = {name}::{e};" for e in enumerators]
+    lines += function_probes(preprocessed, arch)
     lines.append("}  // namespace check")
     path = os.path.join(work, f"shim_conformance_{arch}.cpp")
     with open(path, "w") as f:

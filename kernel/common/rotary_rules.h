@@ -69,6 +69,33 @@ constexpr int64_t tiling_key(int64_t mode, int64_t conjugate, int64_t dy_dtype_i
   return ((mode * 2 + conjugate) * 3 + dy_dtype_id) * 3 + cos_dtype_id;
 }
 
+// Ascend 950 (arch35): the register path's tiling keys follow the 72 keys above.
+constexpr int64_t kRegisterPathKeys = 72;
+
+// Ascend 950: pairs per segment of a row, the unit the register path streams: a half of the slice (a quarter
+// for mode 2, whose rows hold two segments of a and b groups).
+constexpr int64_t register_segment_pairs(int64_t mode, int64_t len) { return mode == 2 ? len / 4 : len / 2; }
+
+// Ascend 950: whether the register path takes a slice. A segment of 16 or 32 pairs fills whole registers
+// with several rows, a multiple of 64 with whole registers per row; both keep every register load 32-byte
+// aligned in every dtype. Other slices take the memory-based path, which the 950 also runs.
+constexpr bool fits_register_path(int64_t mode, int64_t len) {
+  const int64_t pairs = register_segment_pairs(mode, len);
+  return pairs == 16 || pairs == 32 || (pairs > 0 && pairs % 64 == 0);
+}
+
+// Ascend 950: bytes past the data of each unified-buffer buffer of the register path: register loads read
+// whole 256-byte registers, two of them for the last pairs of an interleaved row.
+constexpr int64_t kRegisterSlackBytes = 512;
+
+// Ascend 950: elements the register path keeps per cos (and per sin) row in the unified buffer: the row, or
+// for segments of 16 or 32 pairs, each of its groups widened to a 64-lane register (128 lanes for the
+// interleaved pairs of mode 1) so the row can be repeated across one register.
+constexpr int64_t register_cos_slot(int64_t mode, int64_t len) {
+  const int64_t widened = mode == 2 ? 256 : 128;
+  return len > widened ? len : widened;
+}
+
 // Ascend: every field of the tiling the kernel reads, stated once as (field of ms_rotary_ascend::RotaryTiling,
 // field of the op's TilingData). The TilingData definition, the op_host copy into it and the host runner's
 // copy are generated from this list, so a field cannot be missed in one of them.

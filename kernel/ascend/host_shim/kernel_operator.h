@@ -26,6 +26,9 @@
 #define __global__
 #define __aicore__
 #define __gm__
+#define __ubuf__
+#define __simd_vf__
+#define __simd_callee__
 using GM_ADDR = uint8_t *;
 using half = _Float16;
 
@@ -53,9 +56,23 @@ struct Counts {
 };
 extern std::vector<Counts> counts;  // indexed by block_idx
 
+// Live unified-buffer allocations (start -> bytes), so register loads and stores, which take raw addresses,
+// are checked to stay inside one.
+inline std::map<const uint8_t *, int64_t> &ub_buffers() {
+  static std::map<const uint8_t *, int64_t> buffers;
+  return buffers;
+}
+
 inline Counts &now() {
   if (static_cast<int64_t>(counts.size()) <= block_idx) counts.resize(block_idx + 1);
   return counts[block_idx];
+}
+
+// One register instruction (arch35): one register of work.
+inline void count_reg(const char *kind) {
+  Counts::Vector &v = now().vector[kind];
+  ++v.instructions;
+  v.repeats += 1;
 }
 
 [[noreturn]] inline void fail(const char *what) {
@@ -100,7 +117,7 @@ namespace AscendC {
 inline int64_t GetBlockIdx() { return shim::block_idx; }
 
 enum class HardEvent { MTE2_V, V_MTE3 };
-enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR };
+enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, UNKNOWN = 0xFF };
 enum class QuePosition { VECIN, VECOUT };
 enum class TPosition { VECCALC };
 enum pipe_t { PIPE_V };
@@ -140,6 +157,7 @@ class LocalTensor {
     ptr_[i] = v;
   }
   T *data() const { return ptr_; }
+  T *GetPhyAddr() const { return ptr_; }  // the unified-buffer address register code works on
   int64_t size() const { return size_; }
   int64_t byte_offset() const { return reinterpret_cast<const uint8_t *>(ptr_) - base_; }
 
@@ -254,6 +272,9 @@ class TPipe {
   void InitBuffer(TBuf<P> &buf, int64_t bytes) {
     Allocate(buf.buffer_, bytes);
   }
+  ~TPipe() {
+    for (const uint8_t *start : mine_) shim::ub_buffers().erase(start);
+  }
 
  private:
   void Allocate(Buffer &buffer, int64_t bytes) {
@@ -263,8 +284,11 @@ class TPipe {
     buffer.bytes.reset(new uint8_t[bytes]);
     std::memset(buffer.bytes.get(), 0xff, bytes);  // garbage: NaN as float, -1 as int
     buffer.size = bytes;
+    shim::ub_buffers()[buffer.bytes.get()] = bytes;
+    mine_.push_back(buffer.bytes.get());
   }
   int64_t used_ = 0;
+  std::vector<const uint8_t *> mine_;
 };
 
 struct DataCopyExtParams {
@@ -463,6 +487,207 @@ void Gather(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTen
   count_vector("Gather", count, sizeof(T));
 }
 
+
+// ---- Register-based API of the 950 (arch35), as rotary_kernel_arch35.h uses it ----
+// A register holds 256 bytes; a mask register here is a prefix of them (every mask the kernel makes is one).
+// Semantics from asc-devkit's Reg documents (kernel/ascend/README.md lists them): LoadAlign reads a whole
+// register from a 32-byte aligned address (DIST_UNPACK_B16: 64 16-bit values, each followed by a zero 16-bit
+// element); StoreAlign writes the active lanes (DIST_PACK_B32: the low halves of the active 32-bit lanes,
+// back to back); Cast with RegLayout::ZERO (ONE) reads or writes 16-bit values in the low (high) half of
+// each 32-bit lane; inactive lanes of a result are zeroed (MaskMergeMode::ZEROING); DeInterleave splits the
+// 128 values of two registers into even and odd ones, Interleave is its inverse. Each call is counted as one register
+// instruction of its kind ("Reg::Mul", ...), each VF call as "VF".
+namespace Reg {
+
+enum class LoadDist { DIST_NORM, DIST_UNPACK_B16 };
+enum class StoreDist { DIST_PACK_B32, DIST_NORM };
+enum class RegLayout { UNKNOWN = -1, ZERO, ONE };
+enum class SatMode { UNKNOWN = -1, NO_SAT, SAT };
+enum class MaskMergeMode { UNKNOWN, MERGING, ZEROING };
+enum class MaskPattern { ALL };
+
+struct CastTrait {
+  RegLayout layoutMode = RegLayout::UNKNOWN;
+  SatMode satMode = SatMode::UNKNOWN;
+  MaskMergeMode mrgMode = MaskMergeMode::UNKNOWN;
+  RoundMode roundMode = RoundMode::UNKNOWN;
+};
+
+constexpr int64_t kRegBytes = 256;
+
+template <typename T>
+struct RegTensor {
+  alignas(32) uint8_t bytes[kRegBytes];
+  template <typename U>
+  U get(int64_t i) const {
+    U v;
+    std::memcpy(&v, bytes + i * sizeof(U), sizeof(U));
+    return v;
+  }
+  template <typename U>
+  void set(int64_t i, U v) {
+    std::memcpy(bytes + i * sizeof(U), &v, sizeof(U));
+  }
+};
+
+struct MaskReg {
+  int64_t active_bytes = 0;
+  bool lane(int64_t i, int64_t lane_bytes) const { return (i + 1) * lane_bytes <= active_bytes; }
+};
+
+using shim::count_reg;
+
+// A mask of the first min(left, lanes of T) lanes; left drops by that many lanes.
+template <typename T>
+MaskReg UpdateMask(uint32_t &left) {
+  constexpr uint32_t kLanesOfT = kRegBytes / sizeof(T);
+  const uint32_t lanes = left < kLanesOfT ? left : kLanesOfT;
+  left -= lanes;
+  count_reg("Reg::UpdateMask");
+  return MaskReg{static_cast<int64_t>(lanes * sizeof(T))};
+}
+
+template <typename T, MaskPattern P = MaskPattern::ALL>
+MaskReg CreateMask() {
+  count_reg("Reg::CreateMask");
+  return MaskReg{kRegBytes};
+}
+
+// [ptr, ptr + bytes) inside one unified-buffer allocation, ptr 32-byte aligned.
+inline void check_ub(const void *ptr, int64_t bytes, const char *what) {
+  const auto *p = static_cast<const uint8_t *>(ptr);
+  auto it = shim::ub_buffers().upper_bound(p);
+  shim::check(it != shim::ub_buffers().begin(), what);
+  --it;
+  shim::check(p + bytes <= it->first + it->second, what);
+  shim::check((p - it->first) % 32 == 0, "register load or store address not 32-byte aligned");
+}
+
+template <typename T, LoadDist D = LoadDist::DIST_NORM, typename U>
+void LoadAlign(RegTensor<U> &dst, T *src) {
+  static_assert(sizeof(T) == sizeof(U), "LoadAlign: register and memory types differ");
+  if constexpr (D == LoadDist::DIST_NORM) {
+    check_ub(src, kRegBytes, "LoadAlign reads outside the unified buffer");
+    std::memcpy(dst.bytes, src, kRegBytes);
+  } else {
+    static_assert(sizeof(T) == 2, "DIST_UNPACK_B16 loads 16-bit values");
+    check_ub(src, kRegBytes / 2, "LoadAlign (unpack) reads outside the unified buffer");
+    for (int64_t i = 0; i < kRegBytes / 4; ++i) {
+      dst.template set<uint16_t>(2 * i, reinterpret_cast<const uint16_t *>(src)[i]);
+      dst.template set<uint16_t>(2 * i + 1, 0);
+    }
+  }
+  count_reg("Reg::LoadAlign");
+}
+
+template <typename T, StoreDist D = StoreDist::DIST_NORM, typename U>
+void StoreAlign(T *dst, RegTensor<U> &src, MaskReg &mask) {
+  static_assert(sizeof(T) == sizeof(U), "StoreAlign: register and memory types differ");
+  if constexpr (D == StoreDist::DIST_NORM) {
+    check_ub(dst, mask.active_bytes, "StoreAlign writes outside the unified buffer");
+    std::memcpy(dst, src.bytes, mask.active_bytes);
+  } else {
+    static_assert(sizeof(T) == 2, "DIST_PACK_B32 stores 16-bit values");
+    const int64_t n = mask.active_bytes / 4;  // active 32-bit lanes
+    check_ub(dst, 2 * n, "StoreAlign (pack) writes outside the unified buffer");
+    for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t *>(dst)[i] = src.template get<uint16_t>(2 * i);
+  }
+  count_reg("Reg::StoreAlign");
+}
+
+// fp32 <-> 16-bit, the 16-bit values in the low (RegLayout::ZERO) or high (ONE) halves of the 32-bit
+// lanes: widening dst[i] = src16[2i + layout]; narrowing zeroes dst, then dst16[2i + layout] = src[i].
+template <typename D, typename S, const CastTrait &TRAIT, typename RD, typename RS>
+void Cast(RegTensor<RD> &dst, RegTensor<RS> &src, MaskReg &mask) {
+  constexpr bool kWidening = std::is_same_v<D, float>;
+  shim::check((TRAIT.layoutMode == RegLayout::ZERO || TRAIT.layoutMode == RegLayout::ONE) &&
+                  TRAIT.mrgMode == MaskMergeMode::ZEROING,
+              "shim: Cast supports RegLayout::ZERO and ONE with zeroing");
+  const int64_t half = TRAIT.layoutMode == RegLayout::ONE ? 1 : 0;
+  RegTensor<RD> out{};
+  std::memset(out.bytes, 0, kRegBytes);
+  for (int64_t i = 0; i < kRegBytes / 4; ++i) {
+    if (!mask.lane(i, 4)) continue;
+    if constexpr (kWidening) {
+      static_assert(sizeof(S) == 2, "shim: Cast widens 16-bit values");
+      out.template set<float>(i, shim::to_float(src.template get<S>(2 * i + half)));
+    } else {
+      static_assert(sizeof(D) == 2 && std::is_same_v<S, float>, "shim: Cast narrows fp32");
+      shim::check(TRAIT.roundMode == RoundMode::CAST_RINT, "shim: Cast narrows to nearest even only");
+      out.template set<D>(2 * i + half, shim::from_float<D>(src.template get<float>(i)));
+    }
+  }
+  dst = out;
+  count_reg("Reg::Cast");
+}
+
+#define MS_ROTARY_SHIM_REG_BINARY(name, op)                                            \
+  template <typename T = float, typename U>                                            \
+  void name(RegTensor<U> &dst, RegTensor<U> &a, RegTensor<U> &b, MaskReg &mask) {      \
+    static_assert(std::is_same_v<U, float>, "shim: register arithmetic in fp32");      \
+    RegTensor<U> out{};                                                                \
+    for (int64_t i = 0; i < kRegBytes / 4; ++i) {                                      \
+      const float v = a.template get<float>(i) op b.template get<float>(i);            \
+      out.template set<float>(i, mask.lane(i, 4) ? v : 0.0f);                          \
+    }                                                                                  \
+    dst = out;                                                                         \
+    count_reg("Reg::" #name);                                                          \
+  }
+MS_ROTARY_SHIM_REG_BINARY(Mul, *)
+MS_ROTARY_SHIM_REG_BINARY(Add, +)
+MS_ROTARY_SHIM_REG_BINARY(Sub, -)
+#undef MS_ROTARY_SHIM_REG_BINARY
+
+// Bitwise or of 16-bit registers.
+template <typename T = uint16_t, typename U>
+void Or(RegTensor<U> &dst, RegTensor<U> &a, RegTensor<U> &b, MaskReg &mask) {
+  static_assert(std::is_same_v<U, uint16_t>, "shim: Or of uint16_t registers");
+  RegTensor<U> out{};
+  for (int64_t i = 0; i < kRegBytes / 2; ++i) {
+    const uint16_t v = static_cast<uint16_t>(a.template get<uint16_t>(i) | b.template get<uint16_t>(i));
+    out.template set<uint16_t>(i, mask.lane(i, 2) ? v : uint16_t{0});
+  }
+  dst = out;
+  count_reg("Reg::Or");
+}
+
+// (dst0, dst1) = the even and the odd values of src0 then src1.
+template <typename T = float, typename U>
+void DeInterleave(RegTensor<U> &dst0, RegTensor<U> &dst1, RegTensor<U> &src0, RegTensor<U> &src1) {
+  static_assert(sizeof(U) == 4, "shim: DeInterleave of 32-bit values");
+  constexpr int64_t n = kRegBytes / 4;
+  RegTensor<U> even{}, odd{};
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    const U v = i < n ? src0.template get<U>(i) : src1.template get<U>(i - n);
+    (i % 2 == 0 ? even : odd).template set<U>(i / 2, v);
+  }
+  dst0 = even, dst1 = odd;
+  count_reg("Reg::DeInterleave");
+}
+
+// (dst0, dst1) = src0[0], src1[0], src0[1], src1[1], ...: the inverse of DeInterleave.
+template <typename T = float, typename U>
+void Interleave(RegTensor<U> &dst0, RegTensor<U> &dst1, RegTensor<U> &src0, RegTensor<U> &src1) {
+  static_assert(sizeof(U) == 4, "shim: Interleave of 32-bit values");
+  constexpr int64_t n = kRegBytes / 4;
+  RegTensor<U> lo{}, hi{};
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    const U v = (i % 2 == 0 ? src0 : src1).template get<U>(i / 2);
+    (i < n ? lo : hi).template set<U>(i < n ? i : i - n, v);
+  }
+  dst0 = lo, dst1 = hi;
+  count_reg("Reg::Interleave");
+}
+
+}  // namespace Reg
+
 }  // namespace AscendC
+
+// Starts a vector function (VF) on the vector unit: on the host, a call.
+template <auto F, typename... Args>
+void asc_vf_call(Args &&...args) {
+  AscendC::count_vector("VF", 0, 4, 0);
+  F(args...);
+}
 
 #endif  // MS_ROTARY_HOST_SHIM_KERNEL_OPERATOR_H_

@@ -1,6 +1,7 @@
 // Runs the Ascend kernel sources on the host through the shim, block after block, as a vector-core
 // launch would. Usage: run_kernel_host IN OUT [COUNTS], where IN holds a header of int64 values
-//   conjugate mode dy_dtype cos_dtype dy[4] cos[4] start end core_num ub_bytes
+//   conjugate mode dy_dtype cos_dtype dy[4] cos[4] start end core_num ub_bytes npu_arch
+// (npu_arch 3510: an Ascend 950, whose tiling picks the register-based kernel where the slice fits it)
 // then dy, cos, sin bytes (or nothing: zeros, to count a large launch cheaply); OUT receives dy after the
 // call; COUNTS (JSON) what each core did.
 // Exit 2: the tiling refused the problem.
@@ -60,7 +61,7 @@ int main(int argc, char **argv) {
   if (argc != 3 && argc != 4) return 1;
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  constexpr int kHeader = 16;
+  constexpr int kHeader = 17;
   if (bytes.size() < kHeader * sizeof(int64_t)) return 1;
   const int64_t *h = reinterpret_cast<const int64_t *>(bytes.data());
   ms_rotary_ascend::RotaryShape shape{};
@@ -76,6 +77,7 @@ int main(int argc, char **argv) {
   shape.end = h[13];
   const int64_t core_num = h[14];
   shim::ub_limit = h[15];
+  shape.arch35 = h[16] == 3510;
   ms_rotary_ascend::RotaryTiling t{};
   if (ms_rotary_ascend::compute_rotary_tiling(shape, core_num, shim::ub_limit, &t) != ms_rotary::kOk) {
     return 2;

@@ -43,6 +43,7 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   shape.conjugate = conjugate;
 
   auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
+  shape.arch35 = platform.GetSocVersion() == platform_ascendc::SocVersion::ASCEND950;
   uint64_t ub_bytes = 0;
   platform.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ub_bytes);
   ms_rotary_ascend::RotaryTiling t{};

@@ -17,14 +17,19 @@ int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows) {
 }
 
 int64_t ub_bytes_for_block(const RotaryShape &shape, const RotaryTiling &t, int64_t rows) {
-  const bool swaps = ms_rotary::swaps_groups(shape.rotary_mode, shape.end - shape.start);
   const int64_t dy_bytes = ms_rotary::dtype_bytes(shape.dy_dtype_id);
   const int64_t cos_bytes = ms_rotary::dtype_bytes(shape.cos_dtype_id);
+  const int64_t cos_rows = cos_rows_for_block(t, rows);
+  if (uses_register_path(t)) {  // everything else lives in registers
+    const int64_t cos_slot = ms_rotary::register_cos_slot(shape.rotary_mode, t.len);
+    return 2 * 2 * (rows * t.len * dy_bytes + ms_rotary::kRegisterSlackBytes)          // dy in and out
+           + 2 * (2 * cos_rows * cos_slot * cos_bytes + ms_rotary::kRegisterSlackBytes);  // cos and sin
+  }
+  const bool swaps = ms_rotary::swaps_groups(shape.rotary_mode, shape.end - shape.start);
   // two work rows; the partner table unless groups swap; the same table (interleave-half); 16-bit dy in
   // fp32 unless groups swap (then it is converted into the second work row)
   const int64_t f32_rows = 2 + (swaps ? 0 : 1) + (shape.rotary_mode == 3 ? 1 : 0) + (dy_bytes == 4 || swaps ? 0 : 1);
   const int64_t f32_cos_rows = cos_bytes == 4 ? 1 : 2;
-  const int64_t cos_rows = cos_rows_for_block(t, rows);
   return 2 * 2 * rows * t.pitch * dy_bytes                     // dy in and out, two buffers each
          + 2 * 2 * cos_rows * t.pitch * cos_bytes              // cos and sin in, two buffers
          + f32_rows * rows * t.pitch * 4                       // fp32 work rows and gather tables
@@ -53,7 +58,9 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   t.len = len;
   const ms_rotary::CosStrides strides = ms_rotary::cos_row_strides(shape.cos);
   t.cos_b_stride = strides.b, t.cos_s_stride = strides.s, t.cos_n_stride = strides.n;
-  t.tiling_key = ms_rotary::tiling_key(shape.rotary_mode, shape.conjugate ? 1 : 0, shape.dy_dtype_id,
+  const bool register_path = shape.arch35 && ms_rotary::fits_register_path(shape.rotary_mode, len);
+  t.tiling_key = (register_path ? ms_rotary::kRegisterPathKeys : 0) +
+                 ms_rotary::tiling_key(shape.rotary_mode, shape.conjugate ? 1 : 0, shape.dy_dtype_id,
                                        shape.cos_dtype_id);
   if (t.rows == 0) {
     t.used_cores = 0;
@@ -63,7 +70,7 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   t.used_cores = t.rows < core_num ? t.rows : core_num;  // more cores than rows: one row each
   t.rows_per_core = t.rows / t.used_cores;
   t.big_cores = t.rows % t.used_cores;
-  t.pitch = align_up(len, 16);  // rows 32-byte aligned in every dtype, and in fp32
+  t.pitch = register_path ? len : align_up(len, 16);  // rows 32-byte aligned in every dtype, and in fp32
   const int64_t most = t.rows_per_core + (t.big_cores > 0 ? 1 : 0);
   int64_t rows = most < ms_rotary::kMaxCopyBlocks ? most : ms_rotary::kMaxCopyBlocks;
   if (ub_bytes_for_block(shape, t, 1) > ub_bytes) return ms_rotary::kNoUbRoom;

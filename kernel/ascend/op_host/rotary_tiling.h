@@ -18,6 +18,7 @@ struct RotaryShape {
   int64_t rotary_mode;   // 0 half, 1 interleave, 2 quarter, 3 interleave-half
   int64_t start, end;
   bool conjugate;        // the backward
+  bool arch35;           // an Ascend 950: the register-based kernel where the slice fits it
 };
 
 struct RotaryTiling {
@@ -32,8 +33,12 @@ struct RotaryTiling {
   int64_t rows_per_loop;  // rows per block: moved by one strided copy, rotated by one instruction per step
   int64_t cos_rows_per_loop;  // most distinct cos rows one block reads (fewer when cos broadcasts over rows)
   int64_t pitch;          // elements between rows of a block in the unified buffer: len rounded up to 16
-  int64_t tiling_key;     // mode, direction, dy dtype, cos dtype
+                          // (the register path: len, its rows back to back)
+  int64_t tiling_key;     // mode, direction, dy dtype, cos dtype; the register path's from kRegisterPathKeys
 };
+
+// Whether the tiling chose the 950's register-based kernel (op_kernel/rotary_kernel_arch35.h).
+inline bool uses_register_path(const RotaryTiling &t) { return t.tiling_key >= ms_rotary::kRegisterPathKeys; }
 
 // Distinct cos rows a block of `rows` consecutive dy rows can read, for the broadcast pattern in `t`.
 int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows);

@@ -14,8 +14,7 @@
 #ifndef MS_ROTARY_ASCEND_ROTARY_KERNEL_H_
 #define MS_ROTARY_ASCEND_ROTARY_KERNEL_H_
 
-#include "kernel_operator.h"
-#include "rotary_rules.h"  // kernel/common: the mode table, dtype ids, the tiling key
+#include "rotary_rows.h"  // the tiling as read, a row's cos row; kernel/common's rules
 
 namespace ms_rotary_ascend {
 using namespace AscendC;
@@ -25,26 +24,6 @@ using ms_rotary::kPairs;
 using ms_rotary::kQuarters;
 constexpr int64_t kFloatsPerRepeat = 64;  // 256 bytes of fp32: one vector repeat
 constexpr int64_t kMaxRepeats = 255;
-
-// The tiling as the kernel reads it. The kernel build generates the TilingData struct from the op_host
-// header, and its name and namespace are the generator's choice, so the kernel copies the fields it needs by
-// name into a struct of its own (ReadTiling) and never names the generated type.
-struct Tiling {
-#define MS_ROTARY_KERNEL_FIELD(tiling_field, data_field) int64_t data_field;
-  MS_ROTARY_TILING_FIELDS(MS_ROTARY_KERNEL_FIELD)
-#undef MS_ROTARY_KERNEL_FIELD
-};
-
-template <typename GeneratedTiling>
-__aicore__ inline Tiling ReadTiling(const GeneratedTiling &generated) {
-  Tiling t;
-#define MS_ROTARY_READ_FIELD(tiling_field, data_field) t.data_field = generated.data_field;
-  MS_ROTARY_TILING_FIELDS(MS_ROTARY_READ_FIELD)
-#undef MS_ROTARY_READ_FIELD
-  return t;
-}
-
-__aicore__ inline int64_t AlignUp(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
 // Lanes of a layout come in groups of g: even groups hold the pairs' a elements, odd groups their b
 // elements, and a lane's pair mate is g lanes away. halves: g = len/2; pairs: g = 1; quarters: g = len/4.
@@ -63,8 +42,8 @@ class PartialRotaryKernel {
   __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
     tiling_ = t;
     const int64_t core = GetBlockIdx();
-    rowBegin_ = core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
-    rowCount_ = t.rowsPerCore + (core < t.bigCores ? 1 : 0);
+    rowBegin_ = CoreFirstRow(t, core);
+    rowCount_ = CoreRowCount(t, core);
     len_ = t.len;
     pitch_ = t.pitch;
     swap_ = ms_rotary::swaps_groups(MODE, len_);
@@ -214,27 +193,6 @@ class PartialRotaryKernel {
 
   // ---- per block ----
 
-  __aicore__ inline int64_t CosRow(int64_t row) const {
-    const int64_t n = row % tiling_.heads, s = (row / tiling_.heads) % tiling_.seq;
-    const int64_t b = row / (tiling_.heads * tiling_.seq);
-    return b * tiling_.cosBStride + s * tiling_.cosSStride + n * tiling_.cosNStride;
-  }
-
-  // How many rows from `row` on read the same cos row.
-  __aicore__ inline int64_t SharedRows(int64_t row) const {
-    if (tiling_.cosNStride != 0) return 1;
-    if (tiling_.cosSStride != 0) return tiling_.heads - row % tiling_.heads;
-    const int64_t batch = tiling_.seq * tiling_.heads;
-    if (tiling_.cosBStride != 0) return batch - row % batch;
-    return tiling_.rows - row;
-  }
-
-  // Rows of the block [row0, row0 + rows) from its row r on that share r's cos row.
-  __aicore__ inline int64_t RunRows(int64_t row0, int64_t r, int64_t rows) const {
-    const int64_t shared = SharedRows(row0 + r);
-    return shared < rows - r ? shared : rows - r;
-  }
-
   // 32-byte blocks between rows of a strided copy: rows of len_ elements laid pitch_ elements apart in UB.
   template <typename T>
   __aicore__ inline uint32_t RowGapBlocks() const {
@@ -262,14 +220,14 @@ class PartialRotaryKernel {
     LocalTensor<TCos> cosRows = cosQueue_.template AllocTensor<TCos>();
     int64_t slot = 0, runSlot = 0, runRow = 0, runCount = 0;  // runs of consecutive cos rows: one copy each
     for (int64_t r = 0; r < rows; ++slot) {
-      const int64_t cosRow = CosRow(row0 + r);
+      const int64_t cosRow = CosRow(tiling_, row0 + r);
       if (runCount > 0 && cosRow == runRow + runCount && runCount < ms_rotary::kMaxCopyBlocks) {
         ++runCount;
       } else {
         if (runCount > 0) CopyCosRows(cosRows, runSlot, runRow, runCount);
         runSlot = slot, runRow = cosRow, runCount = 1;
       }
-      r += RunRows(row0, r, rows);
+      r += RunRows(tiling_, row0, r, rows);
     }
     CopyCosRows(cosRows, runSlot, runRow, runCount);
     cosQueue_.EnQue(cosRows);
@@ -297,7 +255,7 @@ class PartialRotaryKernel {
 
   // dst = src times the block's cos (or signed sin) rows, over lanes [dstLane, dstLane + width) of dst and
   // from srcLane / slotLane of the others: one instruction for the block when every row has its own slot
-  // (`perRow`), else one per run of rows sharing a slot (SharedRows), its slot applied with stride 0.
+  // (`perRow`), else one per run of rows sharing a slot (RunRows), its slot applied with stride 0.
   __aicore__ inline void MulRows(const LocalTensor<float> &dst, int64_t dstLane, const LocalTensor<float> &src,
                                  int64_t srcLane, const LocalTensor<float> &slots, int64_t slotLane, int64_t width,
                                  int64_t row0, int64_t rows, bool perRow) {
@@ -311,7 +269,7 @@ class PartialRotaryKernel {
     }
     int64_t slot = 0;
     for (int64_t r = 0; r < rows; ++slot) {
-      const int64_t run = RunRows(row0, r, rows);
+      const int64_t run = RunRows(tiling_, row0, r, rows);
       MulLanes(dst, dstLane, src, srcLane, slots[slot * pitch_], slotLane, width, r, run, false);
       r += run;
     }
@@ -517,16 +475,29 @@ __aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Til
 
 }  // namespace ms_rotary_ascend
 
-// The 36 (mode, dy dtype, cos dtype) instances of one direction; keys as in op_host/rotary_tiling.cpp.
-#define MS_ROTARY_KEY(mode, conj, dyi, cosi) ms_rotary::tiling_key(mode, conj, dyi, cosi)
-#define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \
-  if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, 0))) {                                                     \
-    ms_rotary_ascend::RunRotary<conj, mode, TDy, float>(dy, cos, sin, kernelTiling);                          \
-  } else if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, 1))) {                                              \
-    ms_rotary_ascend::RunRotary<conj, mode, TDy, half>(dy, cos, sin, kernelTiling);                           \
-  } else if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, 2))) {                                              \
-    ms_rotary_ascend::RunRotary<conj, mode, TDy, bfloat16_t>(dy, cos, sin, kernelTiling);                     \
+// The 950's register-based kernel: compiled for __NPU_ARCH__ 3510, and on the host shim (no __NPU_ARCH__).
+#if !defined(__NPU_ARCH__) || __NPU_ARCH__ == 3510
+#include "rotary_kernel_arch35.h"
+#define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)                                              \
+  if (TILING_KEY_IS(ms_rotary::kRegisterPathKeys + MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                  \
+    ms_rotary_ascend::arch35::RunRotary<conj, mode, TDy, TCos>(dy, cos, sin, kernelTiling);                  \
   }
+#else
+#define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
+#endif
+
+// The 36 (mode, dy dtype, cos dtype) instances of one direction, and on the 950 their 36 register-based
+// twins; keys as in op_host/rotary_tiling.cpp.
+#define MS_ROTARY_KEY(mode, conj, dyi, cosi) ms_rotary::tiling_key(mode, conj, dyi, cosi)
+#define MS_ROTARY_CASE(conj, mode, dyi, TDy, cosi, TCos)                                                     \
+  if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                                                  \
+    ms_rotary_ascend::RunRotary<conj, mode, TDy, TCos>(dy, cos, sin, kernelTiling);                          \
+  }                                                                                                           \
+  MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
+#define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \
+  MS_ROTARY_CASE(conj, mode, dyi, TDy, 0, float)                                                              \
+  MS_ROTARY_CASE(conj, mode, dyi, TDy, 1, half)                                                               \
+  MS_ROTARY_CASE(conj, mode, dyi, TDy, 2, bfloat16_t)
 #define MS_ROTARY_CASE_DY(conj, mode)                                                                         \
   MS_ROTARY_CASE_COS(conj, mode, 0, float)                                                                    \
   MS_ROTARY_CASE_COS(conj, mode, 1, half)                                                                     \

@@ -1,6 +1,7 @@
 // Host unit tests of the Ascend tiling (op_host/rotary_tiling.cpp): edge shapes and invariants.
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "rotary_tiling.h"
 
@@ -110,6 +111,32 @@ int main() {
     RotaryShape s = make(64, 4096, 1, 4, 0, 2, 1);
     EXPECT(compute_rotary_tiling(s, 1, 1 << 30, &t) == ms_rotary::kOk);
     EXPECT(t.rows_per_loop == ms_rotary::kMaxCopyBlocks);
+  }
+  {  // the 950: slices whose segments hold 16, 32 or a multiple of 64 pairs take the register-based kernel's
+     // keys, which need no fp32 work rows (larger blocks); other slices, and other chips, the memory-based one
+    RotaryShape s = make(2, 4096, 16, 192, 128, 192, 3, 2, 2);
+    EXPECT(compute_rotary_tiling(s, 72, ub, &t) == ms_rotary::kOk);
+    EXPECT(!uses_register_path(t) && t.tiling_key < ms_rotary::kRegisterPathKeys);
+    const int64_t memory_rows = t.rows_per_loop, memory_key = t.tiling_key;
+    s.arch35 = true;
+    EXPECT(compute_rotary_tiling(s, 72, ub, &t) == ms_rotary::kOk);
+    EXPECT(uses_register_path(t) && t.tiling_key == ms_rotary::kRegisterPathKeys + memory_key);
+    EXPECT(t.pitch == t.len && t.rows_per_loop > memory_rows);
+    check_cover(s, t, 72, ub);
+    for (int64_t len : {32, 64, 128, 256, 384}) {  // 16, 32, 64, 128, 192 pairs: in
+      RotaryShape fits = make(1, 8, 4, 384, 0, len, 0);
+      fits.arch35 = true;
+      EXPECT(compute_rotary_tiling(fits, 8, ub, &t) == ms_rotary::kOk && uses_register_path(t));
+      check_cover(fits, t, 8, ub);
+    }
+    for (int64_t len : {8, 24, 48, 96, 160}) {  // 4, 12, 24, 48, 80 pairs: out
+      RotaryShape other = make(1, 8, 4, 384, 0, len, 0);
+      other.arch35 = true;
+      EXPECT(compute_rotary_tiling(other, 8, ub, &t) == ms_rotary::kOk && !uses_register_path(t));
+    }
+    RotaryShape quarters = make(1, 8, 4, 128, 0, 128, 2);  // 32 pairs a segment, two segments a row
+    quarters.arch35 = true;
+    EXPECT(compute_rotary_tiling(quarters, 8, ub, &t) == ms_rotary::kOk && uses_register_path(t));
   }
   {  // empty work: no core runs
     RotaryShape s = make(2, 3, 1, 16, 4, 4);

@@ -1,0 +1,65 @@
+// What both Ascend kernels (rotary_kernel.h for the 910B, rotary_kernel_arch35.h for the 950) read from the
+// tiling, and how a row of dy finds its cos row.
+#ifndef MS_ROTARY_ASCEND_ROTARY_ROWS_H_
+#define MS_ROTARY_ASCEND_ROTARY_ROWS_H_
+
+#include "kernel_operator.h"
+#include "rotary_rules.h"  // kernel/common: the mode table, dtype ids, the tiling key
+
+namespace ms_rotary_ascend {
+
+// The tiling as the kernels read it. The kernel build generates the TilingData struct from the op_host
+// header, and its name and namespace are the generator's choice, so the kernels copy the fields they need
+// by name into a struct of their own (ReadTiling) and never name the generated type.
+struct Tiling {
+#define MS_ROTARY_KERNEL_FIELD(tiling_field, data_field) int64_t data_field;
+  MS_ROTARY_TILING_FIELDS(MS_ROTARY_KERNEL_FIELD)
+#undef MS_ROTARY_KERNEL_FIELD
+};
+
+template <typename GeneratedTiling>
+__aicore__ inline Tiling ReadTiling(const GeneratedTiling &generated) {
+  Tiling t;
+#define MS_ROTARY_READ_FIELD(tiling_field, data_field) t.data_field = generated.data_field;
+  MS_ROTARY_TILING_FIELDS(MS_ROTARY_READ_FIELD)
+#undef MS_ROTARY_READ_FIELD
+  return t;
+}
+
+__aicore__ inline int64_t AlignUp(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
+
+// The cos row that row `row` of dy (a B*S*N row index) reads.
+__aicore__ inline int64_t CosRow(const Tiling &t, int64_t row) {
+  const int64_t n = row % t.heads, s = (row / t.heads) % t.seq;
+  const int64_t b = row / (t.heads * t.seq);
+  return b * t.cosBStride + s * t.cosSStride + n * t.cosNStride;
+}
+
+// The first row vector core `core` takes, and how many.
+__aicore__ inline int64_t CoreFirstRow(const Tiling &t, int64_t core) {
+  return core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
+}
+__aicore__ inline int64_t CoreRowCount(const Tiling &t, int64_t core) {
+  return t.rowsPerCore + (core < t.bigCores ? 1 : 0);
+}
+
+// Rows come in groups of this many consecutive rows reading one cos row (1: each row its own).
+__aicore__ inline int64_t CosGroupRows(const Tiling &t) {
+  return t.cosNStride != 0 ? 1 : t.cosSStride != 0 ? t.heads : t.cosBStride != 0 ? t.seq * t.heads : t.rows;
+}
+
+// How many rows from `row` on read the same cos row.
+__aicore__ inline int64_t SharedRows(const Tiling &t, int64_t row) {
+  const int64_t group = CosGroupRows(t);
+  return group - row % group;
+}
+
+// Rows of the block [row0, row0 + rows) from its row r on that share r's cos row.
+__aicore__ inline int64_t RunRows(const Tiling &t, int64_t row0, int64_t r, int64_t rows) {
+  const int64_t shared = SharedRows(t, row0 + r);
+  return shared < rows - r ? shared : rows - r;
+}
+
+}  // namespace ms_rotary_ascend
+
+#endif  // MS_ROTARY_ASCEND_ROTARY_ROWS_H_
