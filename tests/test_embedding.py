@@ -3,12 +3,11 @@ reference on the gathered rows, against two PartialRotaryMul calls on gathered t
 decode and packed-sequence use, with gradients, in every execution mode and on both backends; and against
 transformers' own layers when it is installed."""
 
-import itertools
 
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import BACKENDS, DTYPES, TOLERANCE, random_tensor, raw_bits, to_float64
+from conftest import BACKENDS, DTYPES, TOLERANCE, cycled_cases, pairs, random_tensor, raw_bits, to_float64
 from reference import rotary_forward, rotary_grad
 from test_rope_config import FAMILIES, MROPE, ROTATED_PART_ONLY, mrope_family, transformers_family
 
@@ -19,6 +18,7 @@ B, S, NQ, NK, D = 2, 6, 4, 2, 48
 SLICE = (8, 40)
 CACHE = 64
 POSITIONS = np.array([[3, 4, 5, 6, 7, 8], [0, 1, 2, 0, 1, 63]])  # row 1: packed sequences restarting
+EXEC_MODES = ["pynative", "ms.jit", "GRAPH_MODE"]
 
 
 def _layer(mode, cache_dtype="float32", backend="aot", **kwargs):
@@ -43,10 +43,9 @@ def _run(exec_mode, fn, *args):
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
-@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("mode", [0, 1, 3])
-@pytest.mark.parametrize("dtype,cache_dtype", list(itertools.product(DTYPES, DTYPES)))  # all nine pairs
+# Every dtype pair, mode and backend, each in one execution mode (cycling); the rest of the product: -m slow.
+@pytest.mark.parametrize("dtype,cache_dtype,mode,backend,exec_mode",
+                         cycled_cases([pairs(DTYPES, DTYPES), [0, 1, 3], BACKENDS], [EXEC_MODES]))
 def test_q_and_k_in_one_call_match_the_reference_and_two_calls_bit_for_bit(dtype, cache_dtype, mode, backend,
                                                                            exec_mode):
     rng = np.random.default_rng(mode)
@@ -87,7 +86,7 @@ def test_a_decode_loop_equals_the_full_sequence_and_packed_sequences_equal_separ
     np.testing.assert_array_equal(q_only.asnumpy(), full_q.asnumpy())
 
 
-@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gradients_for_q_and_k_are_the_transposed_rotation(backend, exec_mode):
     rng = np.random.default_rng(9)
@@ -164,10 +163,8 @@ def _check_against_tables(layer, mode, positions_forms, table_kwargs, dtype, exe
         np.testing.assert_allclose(to_float64(got), expected, rtol=4 * tol, atol=4 * tol)
 
 
-@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("mode", [0, 1, 3])
-@pytest.mark.parametrize("sections", MROPE_SECTIONS)
+@pytest.mark.parametrize("sections,mode,exec_mode,backend",
+                         cycled_cases([MROPE_SECTIONS, [0, 1, 3], EXEC_MODES], [BACKENDS]))
 def test_mrope_reads_each_lane_at_its_channels_position(sections, mode, backend, exec_mode):
     """[3, B, S] and [3, S] positions (time, height, width differing per token)."""
     section, interleaved = MROPE_SECTIONS[sections]
@@ -179,9 +176,7 @@ def test_mrope_reads_each_lane_at_its_channels_position(sections, mode, backend,
 QUARTER_POSITIONS = np.stack([POSITIONS, (POSITIONS * 5 + 2) % CACHE], -1)  # [B, S, 2]: token, block position
 
 
-@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype,exec_mode,backend", cycled_cases([["float32", "bfloat16"], EXEC_MODES], [BACKENDS]))
 def test_quarter_mode_reads_each_half_at_its_own_position(dtype, backend, exec_mode):
     """ChatGLM-6B's 2D RoPE: positions [B, S, 2] and [S, 2] (token, block)."""
     _check_against_tables(_layer(2, backend=backend), 2, (QUARTER_POSITIONS, QUARTER_POSITIONS[0]), {}, dtype,
@@ -192,10 +187,8 @@ def _to_layout(t, layout):
     return {"BSND": t, "SBND": t.transpose(1, 0, 2, 3), "BNSD": t.transpose(0, 2, 1, 3)}[layout]
 
 
-@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("layout", ["SBND", "BNSD"])
-@pytest.mark.parametrize("mrope", [False, True])
+@pytest.mark.parametrize("mrope,layout,exec_mode,backend",
+                         cycled_cases([[False, True], ["SBND", "BNSD"], EXEC_MODES], [BACKENDS]))
 def test_sbnd_and_bnsd_equal_bsnd_transposed_with_gradients(mrope, layout, backend, exec_mode):
     rng = np.random.default_rng(23)
     q, _ = random_tensor(rng, (B, S, NQ, D), "bfloat16")

@@ -71,7 +71,7 @@ def test_pynative_wide_slices(mode, dy_dtype, cos_dtype, slice_name, backend):
 
 
 @pytest.mark.parametrize("mode,dy_dtype,cos_dtype,backend,slice_name,pattern",
-                         cycled_cases([range(4), pairs(DTYPES, DTYPES), BACKENDS], [SLICES, BROADCASTS]))
+                         cycled_cases([range(4), pairs(DTYPES, DTYPES)], [BACKENDS, SLICES, BROADCASTS]))
 def test_graph_matrix(mode, dy_dtype, cos_dtype, pattern, slice_name, backend):
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
