@@ -18,6 +18,7 @@ from ms_rotary.kernels import AscendKernel
 DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
 
 UB_BYTES = 192 * 1024
+KERNEL_TYPE_AIV_ONLY = 0  # asc-devkit's KernelMetaType
 
 pytestmark = pytest.mark.skipif(not builds.HAVE_COMPILER, reason="needs g++ to build the host programs")
 
@@ -155,6 +156,7 @@ def test_950_register_kernel_counts(kernel_runner, tmp_path):
     runs = rows_per_core // dy_shape[2]
     for core in counts["cores"]:
         assert core["queue_buffers"] == 2 and core["flag_waits"] == 0 and core["scalar_writes"] == 0
+        assert core["kernel_type"] == KERNEL_TYPE_AIV_ONLY
         slice_bytes = rows_per_core * (end - start) * 2
         assert core["mte2"][0] == 2 + 4 and core["mte2"][2] == slice_bytes + 2 * runs * 64 * 2  # dy; cos, sin
         assert core["mte3"] == [2, 2 * rows_per_core, slice_bytes]
@@ -228,6 +230,7 @@ def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path
     assert counts["rows_per_loop"] == rows_per_core  # one block per core here
     for core in counts["cores"]:
         assert core["queue_buffers"] == 2 and core["flag_waits"] == 0 and core["scalar_writes"] == 0
+        assert core["kernel_type"] == KERNEL_TYPE_AIV_ONLY  # no cube cores started
         slice_bytes = rows_per_core * (end - start) * 2
         cos_rows = rows_per_core // dy_shape[2]
         assert core["mte2"] == [3, rows_per_core + 2 * cos_rows, slice_bytes + 2 * cos_rows * 64 * 4]

@@ -53,6 +53,7 @@ struct Counts {
   Transfers mte2, mte3;  // GM -> UB, UB -> GM
   int64_t barriers = 0, flag_waits = 0, queue_waits = 0, scalar_writes = 0;
   int64_t queue_buffers = 0;  // fewest buffers of any in/out queue: 1 serializes copy-in, compute, copy-out
+  int64_t kernel_type = -1;   // KERNEL_TASK_TYPE_DEFAULT's value (-1: not set)
 };
 extern std::vector<Counts> counts;  // indexed by block_idx
 
@@ -111,6 +112,10 @@ inline bfloat16_t from_float<bfloat16_t>(float v) {  // round to nearest even
   optiling::PartialRotaryTilingData name;   \
   std::memcpy(&name, (ptr), sizeof(name))
 #define TILING_KEY_IS(key) (shim::tiling_key == (key))
+
+// The cores a launch starts (asc-devkit's KernelMetaType, in its order).
+enum KernelMetaType : uint8_t { KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY, KERNEL_TYPE_MIX_AIV_1_0 };
+#define KERNEL_TASK_TYPE_DEFAULT(value) (shim::now().kernel_type = (value))
 
 namespace AscendC {
 

@@ -43,10 +43,10 @@ void write_counts(const char *path, const ms_rotary_ascend::RotaryTiling &t) {
                  static_cast<long long>(c.mte2.bytes), static_cast<long long>(c.mte3.transfers),
                  static_cast<long long>(c.mte3.bursts), static_cast<long long>(c.mte3.bytes));
     std::fprintf(f, "\"barriers\": %lld, \"flag_waits\": %lld, \"queue_waits\": %lld, \"scalar_writes\": %lld, "
-                 "\"queue_buffers\": %lld}",
+                 "\"queue_buffers\": %lld, \"kernel_type\": %lld}",
                  static_cast<long long>(c.barriers), static_cast<long long>(c.flag_waits),
                  static_cast<long long>(c.queue_waits), static_cast<long long>(c.scalar_writes),
-                 static_cast<long long>(c.queue_buffers));
+                 static_cast<long long>(c.queue_buffers), static_cast<long long>(c.kernel_type));
   }
   std::fprintf(f, "]}\n");
   std::fclose(f);

@@ -502,7 +502,10 @@ __aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Til
   MS_ROTARY_CASE_COS(conj, mode, 0, float)                                                                    \
   MS_ROTARY_CASE_COS(conj, mode, 1, half)                                                                     \
   MS_ROTARY_CASE_COS(conj, mode, 2, bfloat16_t)
+// Vector cores only (KERNEL_TYPE_AIV_ONLY): a launch then starts no cube cores, whose start-up would add to
+// the head cost of this pure vector op (asc-devkit guide, 设置合适的核数和算子Kernel类型).
 #define MS_ROTARY_DISPATCH(conj, generatedTiling)                                                             \
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);                                                             \
   const ms_rotary_ascend::Tiling kernelTiling = ms_rotary_ascend::ReadTiling(generatedTiling);                \
   MS_ROTARY_CASE_DY(conj, 0)                                                                                  \
   MS_ROTARY_CASE_DY(conj, 1)                                                                                  \
