@@ -286,20 +286,10 @@ class PartialRotaryKernel {
     CopyRegionsIn<kInLayout>(slices, row0, rows);
     inQueue_.EnQue(slices);
     LocalTensor<TCos> cosRows = cosQueue_.template AllocTensor<TCos>();
-    int64_t slot = 0, runSlot = 0, runRow = 0, runCount = 0;  // runs of consecutive cos rows: one copy each
-    for (int64_t r = 0; r < rows; ++slot) {
-      const int64_t cosRow = CosRow(tiling_, row0 + r);
-      if (runCount > 0 && cosRow == runRow + runCount && runCount < ms_rotary::kMaxCopyBlocks) {
-        ++runCount;
-      } else {
-        if (runCount > 0) CopyCosRows(cosRows, runSlot, runRow, runCount);
-        runSlot = slot, runRow = cosRow, runCount = 1;
-      }
-      r += RunRows(tiling_, row0, r, rows);
-    }
-    CopyCosRows(cosRows, runSlot, runRow, runCount);
+    CosRuns runs(tiling_, row0, rows);
+    for (int64_t slot, cosRow, count; runs.Next(slot, cosRow, count);) CopyCosRows(cosRows, slot, cosRow, count);
     cosQueue_.EnQue(cosRows);
-    return slot;
+    return runs.Slots();
   }
 
   __aicore__ inline void Compute(int64_t row0, int64_t rows, int64_t slots) {

@@ -60,6 +60,30 @@ __aicore__ inline int64_t RunRows(const Tiling &t, int64_t row0, int64_t r, int6
   return shared < rows - r ? shared : rows - r;
 }
 
+// The cos rows a block of `rows` rows from row0 reads, as runs of consecutive cos rows (one copy each, at
+// most kMaxCopyBlocks rows), into slots numbered in block order: rows sharing a cos row share its slot.
+class CosRuns {
+ public:
+  __aicore__ inline CosRuns(const Tiling &t, int64_t row0, int64_t rows) : t_(t), row0_(row0), rows_(rows) {}
+
+  // The next run: `count` cos rows from `cosRow`, into slots from `slot`; false after the last.
+  __aicore__ inline bool Next(int64_t &slot, int64_t &cosRow, int64_t &count) {
+    if (r_ >= rows_) return false;
+    slot = slots_, cosRow = CosRow(t_, row0_ + r_), count = 0;
+    while (r_ < rows_ && count < ms_rotary::kMaxCopyBlocks && CosRow(t_, row0_ + r_) == cosRow + count) {
+      r_ += RunRows(t_, row0_, r_, rows_);
+      ++count, ++slots_;
+    }
+    return true;
+  }
+
+  __aicore__ inline int64_t Slots() const { return slots_; }
+
+ private:
+  const Tiling &t_;
+  int64_t row0_, rows_, r_ = 0, slots_ = 0;
+};
+
 }  // namespace ms_rotary_ascend
 
 #endif  // MS_ROTARY_ASCEND_ROTARY_ROWS_H_
