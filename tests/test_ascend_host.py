@@ -1,7 +1,9 @@
-"""The Ascend kernel sources, checked on the host: the tiling's unit tests, and the kernel compiled with g++
-against ms_rotary's shim of the AscendC APIs it uses (kernel/ascend/host_shim), run block by block under
-AddressSanitizer/UBSan on random inputs, against the float64 reference, every mode, direction and dtype
-pair. What only an NPU can confirm (the real APIs' semantics and timing, the CANN build) is in the README."""
+"""The Ascend kernel sources, checked on the host: the tiling's unit tests, and both kernels (the memory-based
+one, and the 950's register-based one) compiled with g++ against ms_rotary's shim of the AscendC APIs they use
+(kernel/ascend/host_shim), run block by block under AddressSanitizer/UBSan on random inputs, against the
+float64 reference and bit for bit against the numpy kernel (so the CPU kernel), every mode, direction and
+dtype pair. What only an NPU can confirm (the real APIs' semantics and timing, the CANN build) is in the
+README."""
 import itertools
 import json
 import subprocess
@@ -13,6 +15,7 @@ from conftest import BROADCASTS, TOLERANCE, cos_shape
 from reference import rotary_forward, rotary_grad
 
 from benchmarks.ascend_model import CHIPS
+from ms_rotary import numpy_kernel
 from ms_rotary.kernels import AscendKernel
 
 DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
@@ -73,6 +76,12 @@ def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape
     expected = reference(mode, dy64, cos64, sin64, start, end)
     tol = TOLERANCE[dy_dtype]
     np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+    if start == end:
+        return json.loads(counts.read_text())  # empty work: dy as it was, checked above
+    # Bit for bit what the numpy kernel (and so the CPU kernel) computes: the same fp32 products and sums.
+    same = numpy_kernel.rotate(dy64.astype(np.float32), cos64.astype(np.float32), sin64.astype(np.float32), mode,
+                               start, end, conjugate)
+    np.testing.assert_array_equal(got, _from_bits(_to_bits(same, dy_dtype)[0], dy_dtype, dy_shape))
     np.testing.assert_array_equal(got[..., :start], dy64[..., :start])
     np.testing.assert_array_equal(got[..., end:], dy64[..., end:])
     return json.loads(counts.read_text())
