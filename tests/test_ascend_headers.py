@@ -57,6 +57,19 @@ def test_shim_functions_are_the_free_api_calls():
                       "uint32_t"]
 
 
+def test_register_api_is_read_in_its_namespace_and_probed_for_3510_only():
+    preprocessed = check_headers.preprocessed_shim()
+    names = {name for name, _, _ in check_headers.shim_functions(preprocessed)}
+    assert {"Reg::LoadAlign", "Reg::StoreAlign", "Reg::Cast", "Reg::UpdateMask", "Reg::DeInterleave"} <= names
+    with open(check_headers.SHIM) as f:
+        enums = check_headers.shim_enums(f.read())
+    assert enums["AscendC::Reg::LoadDist"] == ["DIST_NORM", "DIST_UNPACK_B16"]
+    assert "UNKNOWN" in enums["AscendC::RoundMode"]  # an enumerator's value is not part of its name
+    probes = check_headers.function_probes(preprocessed, "3510")
+    assert any("AscendC::Reg::UpdateMask<float>(std::declval<uint32_t &>())" in line for line in probes)
+    assert not any("Reg::" in line for line in check_headers.function_probes(preprocessed, "2201"))
+
+
 def test_tiling_reader_sees_only_whole_field_lines():
     header = "BEGIN_TILING_DATA_DEF(T)\nTILING_DATA_FIELD_DEF(int64_t, a);\nFIELDS(X)\nEND_TILING_DATA_DEF;\n"
     assert check_headers.tiling_structs(header) == [("T", [("int64_t", "a")])]

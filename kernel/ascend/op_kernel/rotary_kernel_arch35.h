@@ -221,9 +221,10 @@ class PartialRotaryKernel {
     pairs_ = ms_rotary::register_segment_pairs(MODE, len_);
     cosPerRow_ = CosGroupRows(t) == 1;
     dyRegion_ = t.rowsPerLoop * pairs_;  // split layouts; the pairs layout has one region
-    const int64_t cosUnit = RowUnit(kYLayout, len_, pairs_), cosWidth = kYLayout == ms_rotary::kPairs ? 128 : 64;
-    cosSlot_ = cosPerRow_ || cosUnit > cosWidth ? cosUnit : cosWidth;
-    cosRegion_ = t.cosRowsPerLoop * (cosUnit > cosWidth ? cosUnit : cosWidth);
+    // A cos row's share of each region: its group (row, for pairs), widened to a register where shorter.
+    const int64_t cosWidth = ms_rotary::register_cos_slot(MODE, len_) / Regions(kYLayout, MODE);
+    cosSlot_ = cosPerRow_ ? RowUnit(kYLayout, len_, pairs_) : cosWidth;
+    cosRegion_ = t.cosRowsPerLoop * cosWidth;
     dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TDy *>(dy));
     cosGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(cos));
     sinGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(sin));
