@@ -1,5 +1,6 @@
-"""First call on a device: every mode and dtype pair of the forward and the backward, checked against the
-numpy kernel (ms_rotary/numpy_kernel.py, fp32 on the host).
+"""First call on a device: every mode and dtype pair of the forward and the backward, on two slices, checked
+against the numpy kernel (ms_rotary/numpy_kernel.py, fp32 on the host). On a 950 the 64-lane slice runs the
+register-based kernel and the 24-lane one the memory-based kernel; elsewhere both run the memory-based one.
 
     python examples/ascend_check.py                 # on an Ascend device, after kernel/ascend/build.sh
     python examples/ascend_check.py --device CPU    # the same check of the compiled CPU kernel
@@ -20,7 +21,8 @@ from ms_rotary import numpy_kernel
 DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
 # One unit in the last place at |value| 2 (fp16, bf16): the device may fuse a multiply-add where numpy rounds.
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
-DY_SHAPE, SLICE = (2, 16, 4, 128), (32, 96)
+DY_SHAPE = (2, 16, 4, 128)
+SLICES = ((32, 96), (8, 32))  # 32 pairs a segment (16 for quarters): the 950's register kernel; 12: not
 
 
 def tensor(values, dtype):
@@ -31,8 +33,7 @@ def host(t):
     return t.astype(ms.float32).asnumpy()
 
 
-def check_case(mode, dy_dtype, cos_dtype, backward, rng):
-    start, end = SLICE
+def check_case(mode, dy_dtype, cos_dtype, backward, start, end, rng):
     dy = rng.uniform(-1, 1, DY_SHAPE)
     cos = rng.uniform(-1, 1, (1, DY_SHAPE[1], 1, end - start))  # paired lanes differ: a wrong pairing shows
     sin = rng.uniform(-1, 1, cos.shape)
@@ -58,14 +59,15 @@ def main():
         print(f"ascend check: cannot use device {args.device}: {error}", file=sys.stderr)
         return 2
     rng = np.random.default_rng(0)
-    cases = list(itertools.product(range(4), DTYPES, DTYPES, (False, True)))
+    cases = list(itertools.product(SLICES, range(4), DTYPES, DTYPES, (False, True)))
     agree = 0
-    for mode, dy_dtype, cos_dtype, backward in cases:
-        error = check_case(mode, dy_dtype, cos_dtype, backward, rng)
+    for (start, end), mode, dy_dtype, cos_dtype, backward in cases:
+        error = check_case(mode, dy_dtype, cos_dtype, backward, start, end, rng)
         ok = error <= TOLERANCE[dy_dtype]
         agree += ok
-        print(f"{'ok  ' if ok else 'DIFF'} mode {mode} ({ms_rotary.MODE_NAMES[mode]}), dy {dy_dtype}, "
-              f"cos {cos_dtype}, {'backward' if backward else 'forward'}: max |device - numpy| {error:.2e}")
+        print(f"{'ok  ' if ok else 'DIFF'} slice [{start}, {end}) mode {mode} ({ms_rotary.MODE_NAMES[mode]}), "
+              f"dy {dy_dtype}, cos {cos_dtype}, {'backward' if backward else 'forward'}: "
+              f"max |device - numpy| {error:.2e}")
     print(f"ascend check: {agree}/{len(cases)} cases agree on {args.device}")
     return 0 if agree == len(cases) else 1
 
