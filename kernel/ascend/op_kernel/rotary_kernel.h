@@ -41,9 +41,6 @@ class PartialRotaryKernel {
 
   __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
     tiling_ = t;
-    const int64_t core = GetBlockIdx();
-    rowBegin_ = CoreFirstRow(t, core);
-    rowCount_ = CoreRowCount(t, core);
     len_ = t.len;
     pitch_ = t.pitch;
     swap_ = ms_rotary::swaps_groups(MODE, len_);
@@ -66,16 +63,9 @@ class PartialRotaryKernel {
     BuildTables();
   }
 
-  __aicore__ inline void Process() {
-    for (int64_t done = 0; done < rowCount_; done += tiling_.rowsPerLoop) {
-      const int64_t rows = rowCount_ - done < tiling_.rowsPerLoop ? rowCount_ - done : tiling_.rowsPerLoop;
-      const int64_t cosSlots = CopyIn(rowBegin_ + done, rows);
-      Compute(rowBegin_ + done, rows, cosSlots);
-      CopyOut(rowBegin_ + done, rows);
-    }
-  }
-
  private:
+  friend struct ms_rotary_ascend::Blocks;  // runs CopyIn, Compute, CopyOut per block
+
   // ---- gather tables and the sign row, one row each, replicated over the block ----
 
   // dst = 1 on the odd groups of g lanes (the b lanes), 0 on the even ones, for lane indices idx.
@@ -441,7 +431,7 @@ class PartialRotaryKernel {
   }
 
   Tiling tiling_;
-  int64_t rowBegin_ = 0, rowCount_ = 0, len_ = 0, pitch_ = 0;
+  int64_t len_ = 0, pitch_ = 0;
   bool swap_ = false;  // partner(v) by offset Muls (MulSwapped), not a gather
   TPipe pipe_;
   TQue<QuePosition::VECIN, 1> inQueue_, cosQueue_;
@@ -454,15 +444,6 @@ class PartialRotaryKernel {
   LocalTensor<float> sign_;
 };
 
-// Runs the kernel instance a tiling key names; CONJ is fixed by the entry point.
-template <bool CONJ, int32_t MODE, typename TDy, typename TCos>
-__aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
-  if (t.rows == 0 || GetBlockIdx() >= t.usedCores) return;  // empty work, or an idle core
-  PartialRotaryKernel<MODE, CONJ, TDy, TCos> kernel;
-  kernel.Init(dy, cos, sin, t);
-  kernel.Process();
-}
-
 }  // namespace ms_rotary_ascend
 
 // The 950's register-based kernel: compiled for __NPU_ARCH__ 3510, and on the host shim (no __NPU_ARCH__).
@@ -470,7 +451,8 @@ __aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Til
 #include "rotary_kernel_arch35.h"
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)                                              \
   if (TILING_KEY_IS(ms_rotary::kRegisterPathKeys + MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                  \
-    ms_rotary_ascend::arch35::RunRotary<conj, mode, TDy, TCos>(dy, cos, sin, kernelTiling);                  \
+    ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::arch35::PartialRotaryKernel<mode, conj, TDy, TCos>>(    \
+        dy, cos, sin, kernelTiling);                                                                          \
   }
 #else
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
@@ -481,7 +463,8 @@ __aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Til
 #define MS_ROTARY_KEY(mode, conj, dyi, cosi) ms_rotary::tiling_key(mode, conj, dyi, cosi)
 #define MS_ROTARY_CASE(conj, mode, dyi, TDy, cosi, TCos)                                                     \
   if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                                                  \
-    ms_rotary_ascend::RunRotary<conj, mode, TDy, TCos>(dy, cos, sin, kernelTiling);                          \
+    ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::PartialRotaryKernel<mode, conj, TDy, TCos>>(            \
+        dy, cos, sin, kernelTiling);                                                                          \
   }                                                                                                           \
   MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
 #define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \

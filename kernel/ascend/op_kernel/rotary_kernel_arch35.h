@@ -215,8 +215,6 @@ class PartialRotaryKernel {
 
   __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
     tiling_ = t;
-    rowBegin_ = CoreFirstRow(t, GetBlockIdx());
-    rowCount_ = CoreRowCount(t, GetBlockIdx());
     len_ = t.len;
     pairs_ = ms_rotary::register_segment_pairs(MODE, len_);
     cosPerRow_ = CosGroupRows(t) == 1;
@@ -235,16 +233,9 @@ class PartialRotaryKernel {
                                        ms_rotary::kRegisterSlackBytes);  // cos regions, then sin regions
   }
 
-  __aicore__ inline void Process() {
-    for (int64_t done = 0; done < rowCount_; done += tiling_.rowsPerLoop) {
-      const int64_t rows = rowCount_ - done < tiling_.rowsPerLoop ? rowCount_ - done : tiling_.rowsPerLoop;
-      const int64_t slots = CopyIn(rowBegin_ + done, rows);
-      Compute(rowBegin_ + done, rows, slots);
-      CopyOut(rowBegin_ + done, rows);
-    }
-  }
-
  private:
+  friend struct ms_rotary_ascend::Blocks;  // runs CopyIn, Compute, CopyOut per block
+
   // One strided copy per region of a layout, `rows` rows of dy from row0, GM -> UB or UB -> GM.
   template <int32_t LAYOUT>
   __aicore__ inline void CopyRegionsIn(const LocalTensor<TDy> &ub, int64_t row0, int64_t rows) {
@@ -335,7 +326,7 @@ class PartialRotaryKernel {
   }
 
   Tiling tiling_;
-  int64_t rowBegin_ = 0, rowCount_ = 0, len_ = 0, pairs_ = 0;
+  int64_t len_ = 0, pairs_ = 0;
   bool cosPerRow_ = false;  // every row its own cos row: cos/sin read like dy, no runs
   int64_t dyRegion_ = 0, cosSlot_ = 0, cosRegion_ = 0;  // elements
   TPipe pipe_;
@@ -344,14 +335,6 @@ class PartialRotaryKernel {
   GlobalTensor<TDy> dyGm_;
   GlobalTensor<TCos> cosGm_, sinGm_;
 };
-
-template <bool CONJ, int32_t MODE, typename TDy, typename TCos>
-__aicore__ inline void RunRotary(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
-  if (t.rows == 0 || GetBlockIdx() >= t.usedCores) return;  // empty work, or an idle core
-  PartialRotaryKernel<MODE, CONJ, TDy, TCos> kernel;
-  kernel.Init(dy, cos, sin, t);
-  kernel.Process();
-}
 
 }  // namespace arch35
 }  // namespace ms_rotary_ascend

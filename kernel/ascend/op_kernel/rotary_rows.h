@@ -35,14 +35,6 @@ __aicore__ inline int64_t CosRow(const Tiling &t, int64_t row) {
   return b * t.cosBStride + s * t.cosSStride + n * t.cosNStride;
 }
 
-// The first row vector core `core` takes, and how many.
-__aicore__ inline int64_t CoreFirstRow(const Tiling &t, int64_t core) {
-  return core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
-}
-__aicore__ inline int64_t CoreRowCount(const Tiling &t, int64_t core) {
-  return t.rowsPerCore + (core < t.bigCores ? 1 : 0);
-}
-
 // Rows come in groups of this many consecutive rows reading one cos row (1: each row its own).
 __aicore__ inline int64_t CosGroupRows(const Tiling &t) {
   return t.cosNStride != 0 ? 1 : t.cosSStride != 0 ? t.heads : t.cosBStride != 0 ? t.seq * t.heads : t.rows;
@@ -70,10 +62,10 @@ class CosRuns {
   __aicore__ inline bool Next(int64_t &slot, int64_t &cosRow, int64_t &count) {
     if (r_ >= rows_) return false;
     slot = slots_, cosRow = CosRow(t_, row0_ + r_), count = 0;
-    while (r_ < rows_ && count < ms_rotary::kMaxCopyBlocks && CosRow(t_, row0_ + r_) == cosRow + count) {
+    do {  // one CosRow a slot
       r_ += RunRows(t_, row0_, r_, rows_);
       ++count, ++slots_;
-    }
+    } while (r_ < rows_ && count < ms_rotary::kMaxCopyBlocks && CosRow(t_, row0_ + r_) == cosRow + count);
     return true;
   }
 
@@ -82,6 +74,26 @@ class CosRuns {
  private:
   const Tiling &t_;
   int64_t row0_, rows_, r_ = 0, slots_ = 0;
+};
+
+// What both kernels do with their stages (each kernel declares it a friend): this core's rows in blocks of
+// rowsPerLoop, each copied in, computed and copied out, the kernels' queues letting successive blocks overlap.
+struct Blocks {
+  template <typename Kernel>
+  __aicore__ static inline void Run(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
+    const int64_t core = AscendC::GetBlockIdx();
+    if (t.rows == 0 || core >= t.usedCores) return;  // empty work, or an idle core
+    Kernel kernel;
+    kernel.Init(dy, cos, sin, t);
+    const int64_t first = core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
+    const int64_t count = t.rowsPerCore + (core < t.bigCores ? 1 : 0);
+    for (int64_t done = 0; done < count; done += t.rowsPerLoop) {
+      const int64_t rows = count - done < t.rowsPerLoop ? count - done : t.rowsPerLoop;
+      const int64_t slots = kernel.CopyIn(first + done, rows);
+      kernel.Compute(first + done, rows, slots);
+      kernel.CopyOut(first + done, rows);
+    }
+  }
 };
 
 }  // namespace ms_rotary_ascend
