@@ -656,31 +656,34 @@ void Or(RegTensor<U> &dst, RegTensor<U> &a, RegTensor<U> &b, MaskReg &mask) {
   count_reg("Reg::Or");
 }
 
+// (dst0, dst1) = a permutation of the 128 values of (src0, src1): value i of the result is value from(i) of
+// the sources, counting src0's 64 then src1's.
+template <typename U, typename From>
+void shuffle(RegTensor<U> &dst0, RegTensor<U> &dst1, RegTensor<U> &src0, RegTensor<U> &src1, From from) {
+  static_assert(sizeof(U) == 4, "shim: register shuffles of 32-bit values");
+  constexpr int64_t n = kRegBytes / 4;
+  RegTensor<U> lo{}, hi{};
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    const int64_t j = from(i);
+    const U v = j < n ? src0.template get<U>(j) : src1.template get<U>(j - n);
+    (i < n ? lo : hi).template set<U>(i < n ? i : i - n, v);
+  }
+  dst0 = lo, dst1 = hi;
+}
+
 // (dst0, dst1) = the even and the odd values of src0 then src1.
 template <typename T = float, typename U>
 void DeInterleave(RegTensor<U> &dst0, RegTensor<U> &dst1, RegTensor<U> &src0, RegTensor<U> &src1) {
-  static_assert(sizeof(U) == 4, "shim: DeInterleave of 32-bit values");
   constexpr int64_t n = kRegBytes / 4;
-  RegTensor<U> even{}, odd{};
-  for (int64_t i = 0; i < 2 * n; ++i) {
-    const U v = i < n ? src0.template get<U>(i) : src1.template get<U>(i - n);
-    (i % 2 == 0 ? even : odd).template set<U>(i / 2, v);
-  }
-  dst0 = even, dst1 = odd;
+  shuffle(dst0, dst1, src0, src1, [](int64_t i) { return i < n ? 2 * i : 2 * (i - n) + 1; });
   count_reg("Reg::DeInterleave");
 }
 
 // (dst0, dst1) = src0[0], src1[0], src0[1], src1[1], ...: the inverse of DeInterleave.
 template <typename T = float, typename U>
 void Interleave(RegTensor<U> &dst0, RegTensor<U> &dst1, RegTensor<U> &src0, RegTensor<U> &src1) {
-  static_assert(sizeof(U) == 4, "shim: Interleave of 32-bit values");
   constexpr int64_t n = kRegBytes / 4;
-  RegTensor<U> lo{}, hi{};
-  for (int64_t i = 0; i < 2 * n; ++i) {
-    const U v = (i % 2 == 0 ? src0 : src1).template get<U>(i / 2);
-    (i < n ? lo : hi).template set<U>(i < n ? i : i - n, v);
-  }
-  dst0 = lo, dst1 = hi;
+  shuffle(dst0, dst1, src0, src1, [](int64_t i) { return i % 2 == 0 ? i / 2 : n + i / 2; });
   count_reg("Reg::Interleave");
 }
 
