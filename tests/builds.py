@@ -64,8 +64,7 @@ def _recipes():
             "-o", out], out)
     ascend_programs = {
         "ascend kernel runner": (["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp",
-                                  "op_kernel/ms_rotary_partial_rotary_mul.cpp",
-                                  "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"], ["host_shim", "op_host"]),
+                                  "host_shim/kernel_entries.cpp"], ["host_shim", "op_host"]),
         "ascend tiling tests": (["tests/test_tiling.cpp", "op_host/rotary_tiling.cpp"], ["op_host"]),
     }
     for name, (sources, includes) in ascend_programs.items():

@@ -58,16 +58,33 @@ def _from_bits(raw, dtype, shape):
     return bits.view(np.float32).reshape(shape).astype(np.float64)
 
 
+NO_GATHER = (0, 1, 0, 1)  # the runner header's gathers, positions_batch, batch_axis, seq_axis: cos broadcasts
+
+
+def gathered(cache, positions, axes):
+    """The cos/sin table a call that gathers by position reads: cache [1, P, 1, L] rows at positions [1|B, S],
+    shaped to broadcast over dy in the layout whose (B, S) axes are `axes`."""
+    table = cache[0, :, 0][positions]  # [1|B, S, L]
+    return {(0, 1): table[:, :, None], (1, 0): table.transpose(1, 0, 2)[:, :, None], (0, 2): table[:, None]}[axes]
+
+
 def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end,
-                cores=8, ub_bytes=UB_BYTES, seed=0, arch=2201):
+                cores=8, ub_bytes=UB_BYTES, seed=0, arch=2201, positions=None, axes=(0, 1)):
+    """One launch on the host, checked. With `positions` (int [1|B, S]): the ops that gather cos/sin rows by
+    position, cos_shape_ the cache [1, P, 1, L], axes dy's (B, S) axes."""
     rng = np.random.default_rng(seed)
     dy_raw, dy64 = _to_bits(rng.uniform(-1, 1, dy_shape).astype(np.float32), dy_dtype)
     cos_raw, cos64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
     sin_raw, sin64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
+    gather = NO_GATHER if positions is None else (1, len(positions), *axes)
     header = np.array([int(conjugate), mode, DTYPE_IDS[dy_dtype], DTYPE_IDS[cos_dtype], *dy_shape, *cos_shape_,
-                       start, end, cores, ub_bytes, arch], np.int64)
+                       start, end, cores, ub_bytes, arch, *gather], np.int64)
     source, target, counts = tmp_path / "in.bin", tmp_path / "out.bin", tmp_path / "counts.json"
-    source.write_bytes(header.tobytes() + dy_raw + cos_raw + sin_raw)
+    positions_raw = b"" if positions is None else np.ascontiguousarray(positions, np.int64).tobytes()
+    source.write_bytes(header.tobytes() + dy_raw + cos_raw + sin_raw + positions_raw)
+    if positions is not None:  # what the kernel reads, in range (the kernel clamps the others)
+        rows = np.clip(positions, 0, cos_shape_[1] - 1)
+        cos64, sin64 = gathered(cos64, rows, axes), gathered(sin64, rows, axes)
     result = subprocess.run([runner, str(source), str(target), str(counts)], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -230,7 +247,8 @@ def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path
     dy_shape, cos_shape_, start, end, cores = (2, 8, 8, 96), (1, 8, 1, 64), 16, 80, 2
     run_on_host(kernel_runner, tmp_path, False, mode, "bfloat16", "float32", dy_shape, cos_shape_, start, end,
                 cores, UB_BYTES)  # right, first
-    header = np.array([0, mode, 2, 0, *dy_shape, *cos_shape_, start, end, cores, UB_BYTES, 2201], np.int64)
+    header = np.array([0, mode, 2, 0, *dy_shape, *cos_shape_, start, end, cores, UB_BYTES, 2201, *NO_GATHER],
+                      np.int64)
     (tmp_path / "in.bin").write_bytes(header.tobytes())
     subprocess.run([kernel_runner, str(tmp_path / "in.bin"), str(tmp_path / "out.bin"), str(tmp_path / "c.json")],
                    check=True)
@@ -249,7 +267,7 @@ def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path
 
 
 def test_tiling_refusal_reaches_the_launcher(kernel_runner, tmp_path):
-    header = np.array([1, 0, 0, 0, 1, 2, 1, 16, 1, 2, 1, 8, 0, 8, 4, 256, 2201], np.int64)  # 256 bytes of UB
+    header = np.array([1, 0, 0, 0, 1, 2, 1, 16, 1, 2, 1, 8, 0, 8, 4, 256, 2201, *NO_GATHER], np.int64)  # 256 B UB
     source = tmp_path / "in.bin"
     source.write_bytes(header.tobytes() + bytes(2 * 16 * 4 + 2 * 2 * 8 * 4))
     result = subprocess.run([kernel_runner, str(source), str(tmp_path / "out.bin")], capture_output=True)
@@ -265,6 +283,61 @@ def test_cost_model_reads_the_counts(kernel_runner, tmp_path):
     us, efficiency, limit = ascend_model.model(counts, case, chip)
     hbm_us = 2 * 2 * 64 * 8 * 64 * 2 / (chip.hbm_gbs * 1e3)
     assert us > hbm_us + ascend_model.LAUNCH_US and 0 < efficiency < 1 and limit in ("HBM", "vector", "scalar")
+
+
+# The ops that gather cos/sin rows by position (RotaryEmbedding on Ascend): cos/sin are a cache [1, P, 1, L],
+# positions [1|B, S] pick each token's row inside the kernel (op_kernel/rotary_rows.h, CosRow).
+# name: (mode, dy dtype, cos dtype, dy shape, cache rows, slice, positions, dy's (B, S) axes, cores, UB bytes)
+GATHER_CASES = {
+    "decode: one token each at its own position": (0, "bfloat16", "float32", (3, 1, 4, 128), 40, (0, 128),
+                                                    [[37], [0], [39]], (0, 1), 3, UB_BYTES),
+    "prefill: positions shared by the batch": (3, "float16", "float32", (2, 9, 2, 96), 64, (32, 96),
+                                                [list(range(5, 14))], (0, 1), 4, UB_BYTES),
+    "packed sequences: positions restart": (1, "float32", "bfloat16", (1, 10, 3, 64), 16, (0, 64),
+                                            [[0, 1, 2, 3, 0, 1, 2, 0, 1, 2]], (0, 1), 3, UB_BYTES),
+    "SBND, positions per batch": (0, "float32", "float16", (6, 2, 2, 80), 32, (16, 80),
+                                  [[3, 4, 5, 9, 10, 11], [0, 1, 2, 3, 4, 5]], (1, 0), 5, UB_BYTES),
+    "BNSD: a cos row per row": (2, "bfloat16", "bfloat16", (2, 3, 7, 128), 24, (0, 128),
+                                [[6, 7, 8, 9, 10, 11, 12], [20, 2, 21, 3, 22, 4, 23]], (0, 2), 4, UB_BYTES),
+    "many blocks, runs across blocks": (3, "bfloat16", "float32", (2, 48, 4, 192), 4096, (128, 192),
+                                        [list(range(1000, 1048))], (0, 1), 2, 12 * 1024),
+    "positions outside the cache are clamped into it": (0, "float32", "float32", (1, 4, 2, 64), 8, (0, 64),
+                                                        [[-3, 7, 8, 1 << 40]], (0, 1), 2, UB_BYTES),
+}
+
+
+@pytest.mark.parametrize("arch", [2201, 3510], ids=["910B", "950"])
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("name", GATHER_CASES)
+def test_kernels_gather_cos_sin_by_position(kernel_runner, tmp_path, name, conjugate, arch):
+    mode, dy_dtype, cos_dtype, dy_shape, cache, (start, end), positions, axes, cores, ub = GATHER_CASES[name]
+    counts = run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape,
+                         (1, cache, 1, end - start), start, end, cores, ub, seed=mode, arch=arch,
+                         positions=np.array(positions), axes=axes)
+    assert register_path_ran(counts) == (arch == 3510)  # every slice here fits the register path
+
+
+@pytest.mark.parametrize("arch", [2201, 3510], ids=["910B", "950"])
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("mode", range(4))
+def test_gathering_every_mode_and_dtype(kernel_runner, tmp_path, mode, conjugate, arch):
+    dy_dtype, cos_dtype = list(itertools.product(DTYPE_IDS, DTYPE_IDS))[(mode * 2 + conjugate + arch) % 9]
+    positions = np.array([[4, 5, 6, 30], [0, 31, 12, 12]])
+    run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, (2, 4, 3, 80), (1, 32, 1, 64), 8,
+                72, 3, seed=mode, arch=arch, positions=positions)
+
+
+def test_gathering_prefill_copies_cos_as_a_table_would(kernel_runner, tmp_path):
+    """Consecutive positions (a prompt) read their cache rows with one copy per block, as a [1, S, 1, L] table
+    would; each token's position is read once or twice (a run's end, then the next run's start)."""
+    dy_shape, start, end = (1, 64, 8, 128), 0, 128
+    gathered_counts = run_on_host(kernel_runner, tmp_path, False, 0, "bfloat16", "float32", dy_shape,
+                                  (1, 8192, 1, 128), start, end, 4, positions=np.arange(100, 164)[None])
+    table_counts = run_on_host(kernel_runner, tmp_path, False, 0, "bfloat16", "float32", dy_shape, (1, 64, 1, 128),
+                               start, end, 4)
+    for gathered_core, table_core in zip(gathered_counts["cores"], table_counts["cores"]):
+        assert gathered_core["mte2"] == table_core["mte2"] and gathered_core["vector"] == table_core["vector"]
+        assert table_core["gm_scalar_reads"] == 0 and 16 <= gathered_core["gm_scalar_reads"] <= 2 * 16
 
 
 @pytest.mark.slow

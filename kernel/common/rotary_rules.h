@@ -103,7 +103,8 @@ constexpr int64_t register_cos_slot(int64_t mode, int64_t len) {
   X(rows, rows) X(seq, seq) X(heads, heads) X(head_dim, headDim) X(start, start) X(len, len) \
   X(cos_b_stride, cosBStride) X(cos_s_stride, cosSStride) X(cos_n_stride, cosNStride)       \
   X(used_cores, usedCores) X(rows_per_core, rowsPerCore) X(big_cores, bigCores)             \
-  X(rows_per_loop, rowsPerLoop) X(cos_rows_per_loop, cosRowsPerLoop) X(pitch, pitch)
+  X(rows_per_loop, rowsPerLoop) X(cos_rows_per_loop, cosRowsPerLoop) X(pitch, pitch)         \
+  X(cache_rows, cacheRows)
 
 // Ascend: the most blocks one strided DataCopyPad moves (DataCopyExtParams::blockCount): rows per block of
 // the tiling, cos rows per copy of the kernel.
@@ -153,6 +154,44 @@ inline Status check_shapes(const int64_t *dy, const int64_t *cos, const int64_t 
   }
   if (cos[3] != end - start) return kBadCosLength;
   return kOk;
+}
+
+// A call that gathers cos/sin rows by position (RotaryEmbedding): cos and sin are a cache [1, P, 1, L], and
+// each token of dy reads the cache row at its position. Positions are int64 [channels, batch, seq], batch 1
+// or dy's B; dy's axes batch_axis and seq_axis hold B and S (BSND 0, 1; SBND 1, 0; BNSD 0, 2). More than one
+// channel (quarter mode: token and block position; M-RoPE: time, height, width): each cos/sin lane reads the
+// row of its own channel's position.
+struct PositionsShape {
+  int64_t channels = 1, batch = 1, batch_axis = 0, seq_axis = 1, seq = 0;
+};
+
+// The shape rules of a call that gathers by position: the op's rules for one cos/sin row broadcast over dy,
+// then the cache's and the positions'. The values (each in [0, P)) are checked where they are read.
+inline Status check_positions_shape(const int64_t *dy, const int64_t *cache, const int64_t *sin, int64_t dy_bytes,
+                                    int64_t cos_bytes, int64_t mode, int64_t start, int64_t end,
+                                    const PositionsShape &pos) {
+  const int64_t one_row[4] = {1, 1, 1, cache[3]};
+  const Status status = check_shapes(dy, one_row, one_row, dy_bytes, cos_bytes, mode, start, end);
+  if (status != kOk) return status;
+  for (int i = 0; i < 4; ++i) {
+    if (cache[i] != sin[i]) return kCosSinMismatch;
+  }
+  if (cache[0] != 1 || cache[2] != 1 || cache[1] < 1 || !fits_int64(cache, 8)) return kBadPositions;
+  const bool axes_ok = pos.batch_axis >= 0 && pos.batch_axis < 3 && pos.seq_axis >= 0 && pos.seq_axis < 3 &&
+                       pos.batch_axis != pos.seq_axis;
+  if (!axes_ok || (pos.batch != 1 && pos.batch != dy[pos.batch_axis]) || pos.seq != dy[pos.seq_axis]) {
+    return kBadPositions;
+  }
+  return pos.channels < 1 || pos.channels > 3 ? kBadPositions : kOk;
+}
+
+// Where dy row (i0, i1, i2) finds its token in one channel of the positions, per dy axis: 1 on the sequence
+// axis, seq on the batch axis (0 for positions shared by the batch), 0 on the heads' axis.
+inline CosStrides positions_strides(const PositionsShape &pos) {
+  int64_t strides[3] = {0, 0, 0};
+  strides[pos.seq_axis] = 1;
+  strides[pos.batch_axis] = pos.batch > 1 ? pos.seq : 0;
+  return {strides[0], strides[1], strides[2]};
 }
 
 }  // namespace ms_rotary

@@ -215,12 +215,8 @@ extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_ou
       q_shape == nullptr || cache_shape == nullptr || (k != nullptr && k_shape == nullptr)) {
     return ms_rotary::kBadParamCount;
   }
-  if (seq_axis < 0 || seq_axis > 2) return ms_rotary::kBadPositions;
   ms_rotary::RotaryProblem problems[2]{};
   const int heads = k != nullptr ? 2 : 1;
-  // positions holds channels * batch * S values: S must be the positions' for every tensor read
-  const int64_t seq = positions_shape[2];
-  if (seq != q_shape[seq_axis] || (heads == 2 && seq != k_shape[seq_axis])) return ms_rotary::kBadPositions;
   for (int h = 0; h < heads; ++h) {
     ms_rotary::RotaryProblem &p = problems[h];
     p.dy = h == 0 ? q : k;
@@ -237,7 +233,11 @@ extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_ou
     p.start = start;
     p.end = end;
     p.conjugate = conjugate != 0;
-    p.positions = {positions, positions_shape[0], positions_shape[1], batch_axis, seq_axis, lane_channels};
+    p.positions.values = positions;
+    p.positions.lane_channels = lane_channels;
+    p.positions.channels = positions_shape[0], p.positions.batch = positions_shape[1];
+    p.positions.seq = positions_shape[2];
+    p.positions.batch_axis = batch_axis, p.positions.seq_axis = seq_axis;
     const ms_rotary::Status status = ms_rotary::check_rotary(p);
     if (status != ms_rotary::kOk) return status;
   }

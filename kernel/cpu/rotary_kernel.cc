@@ -517,31 +517,19 @@ void parallel_for(int threads, int64_t count, const Work &work) {
 
 bool is_empty(const RotaryProblem &p) { return is_empty_work(p.dy_shape, p.cos_shape, p.start, p.end); }
 
-// The rules of a call that gathers cos/sin rows by position: the op's rules for one cos/sin row broadcast over
-// dy, a cache [1, P, 1, len] with P >= 1, positions as rotary_kernel.h's Positions says, every one in [0, P).
+// The rules of a call that gathers cos/sin rows by position: the shapes' (rotary_rules.h), the lanes' channels,
+// every position in [0, P).
 Status check_positions(const RotaryProblem &p) {
-  const int64_t one_row[4] = {1, 1, 1, p.cos_shape[3]};
-  const Status status = check_shapes(p.dy_shape, one_row, one_row, dtype_bytes(p.dy_dtype),
-                                     dtype_bytes(p.cos_dtype), p.rotary_mode, p.start, p.end);
-  if (status != kOk) return status;
-  for (int i = 0; i < 4; ++i) {
-    if (p.cos_shape[i] != p.sin_shape[i]) return kCosSinMismatch;
-  }
-  if (p.cos_shape[0] != 1 || p.cos_shape[2] != 1 || p.cos_shape[1] < 1 || !fits_int64(p.cos_shape, 8)) {
-    return kBadPositions;
-  }
   const Positions &pos = p.positions;
-  const bool axes_ok = pos.batch_axis >= 0 && pos.batch_axis < 3 && pos.seq_axis >= 0 && pos.seq_axis < 3 &&
-                       pos.batch_axis != pos.seq_axis;
-  if (!axes_ok || (pos.batch != 1 && pos.batch != p.dy_shape[pos.batch_axis])) return kBadPositions;
-  if (pos.channels < 1 || pos.channels > 3 || (pos.channels > 1 && pos.lane_channels == nullptr)) {
-    return kBadPositions;
-  }
+  const Status status = check_positions_shape(p.dy_shape, p.cos_shape, p.sin_shape, dtype_bytes(p.dy_dtype),
+                                              dtype_bytes(p.cos_dtype), p.rotary_mode, p.start, p.end, pos);
+  if (status != kOk) return status;
+  if (pos.channels > 1 && pos.lane_channels == nullptr) return kBadPositions;
   const int64_t len = p.end - p.start;
   for (int64_t l = 0; pos.channels > 1 && l < len; ++l) {
     if (pos.lane_channels[l] < 0 || pos.lane_channels[l] >= pos.channels) return kBadPositions;
   }
-  const int64_t count = pos.channels * pos.batch * p.dy_shape[pos.seq_axis], cache_rows = p.cos_shape[1];
+  const int64_t count = pos.channels * pos.batch * pos.seq, cache_rows = p.cos_shape[1];
   for (int64_t i = 0; i < count; ++i) {
     if (pos.values[i] < 0 || pos.values[i] >= cache_rows) return kBadPositions;
   }
@@ -654,12 +642,11 @@ Status run_rotary(const RotaryProblem &p, int num_threads) {
   g.cos_b_stride = strides.b, g.cos_s_stride = strides.s, g.cos_n_stride = strides.n;
   const Positions &pos = p.positions;
   if (pos.values != nullptr) {
-    const int64_t seq = p.dy_shape[pos.seq_axis];
+    const CosStrides strides = positions_strides(pos);
     g.positions = pos.values;
-    g.positions_strides[pos.seq_axis] = 1;
-    g.positions_strides[pos.batch_axis] = pos.batch > 1 ? seq : 0;
+    g.positions_strides[0] = strides.b, g.positions_strides[1] = strides.s, g.positions_strides[2] = strides.n;
     g.lane_channels = pos.channels > 1 ? pos.lane_channels : nullptr;
-    g.channel_stride = pos.batch * seq;
+    g.channel_stride = pos.batch * pos.seq;
   }
   const RowFn fn = p.conjugate ? pick_instance<PickRotateRows<true>>(p.rotary_mode, p.dy_dtype, p.cos_dtype)
                                : pick_instance<PickRotateRows<false>>(p.rotary_mode, p.dy_dtype, p.cos_dtype);

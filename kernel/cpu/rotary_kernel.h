@@ -9,17 +9,11 @@
 
 namespace ms_rotary {
 
-// How a call that gathers cos/sin rows by position finds the row of each dy row. values is int64
-// [channels, batch, S], each in [0, P) for a cache of P rows; batch is 1 or dy's B; dy's axes batch_axis and
-// seq_axis hold B and S (BSND 0, 1; SBND 1, 0; BNSD 0, 2). One channel: the row is the token's position.
-// Two or three (quarter mode: token and block position; M-RoPE: time, height, width): cos/sin lane l comes
-// from the row of position channel lane_channels[l].
-struct Positions {
+// How a call that gathers cos/sin rows by position finds the row of each dy row (rotary_rules.h,
+// PositionsShape): values int64 [channels, batch, seq]; with more than one channel, cos/sin lane l comes from
+// the row of position channel lane_channels[l].
+struct Positions : PositionsShape {
   const int64_t *values = nullptr;  // null: no gather, cos/sin broadcast to dy
-  int64_t channels = 1;
-  int64_t batch = 1;
-  int64_t batch_axis = 0;
-  int64_t seq_axis = 1;
   const int64_t *lane_channels = nullptr;  // [end - start] when channels > 1
 };
 

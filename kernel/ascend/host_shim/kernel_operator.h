@@ -51,7 +51,7 @@ struct Counts {
     int64_t transfers = 0, bursts = 0, bytes = 0;  // bursts: the contiguous blocks of a strided copy
   };
   Transfers mte2, mte3;  // GM -> UB, UB -> GM
-  int64_t barriers = 0, flag_waits = 0, queue_waits = 0, scalar_writes = 0;
+  int64_t barriers = 0, flag_waits = 0, queue_waits = 0, scalar_writes = 0, gm_scalar_reads = 0;
   int64_t queue_buffers = 0;  // fewest buffers of any in/out queue: 1 serializes copy-in, compute, copy-out
   int64_t kernel_type = -1;   // KERNEL_TASK_TYPE_DEFAULT's value (-1: not set)
 };
@@ -182,6 +182,10 @@ class GlobalTensor {
     return g;
   }
   T *data() const { return ptr_; }
+  T GetValue(uint64_t offset) const {  // a scalar read through the data cache
+    ++shim::now().gm_scalar_reads;
+    return ptr_[offset];
+  }
 
  private:
   T *ptr_ = nullptr;

@@ -1,9 +1,11 @@
 // Runs the Ascend kernel sources on the host through the shim, block after block, as a vector-core
 // launch would. Usage: run_kernel_host IN OUT [COUNTS], where IN holds a header of int64 values
 //   conjugate mode dy_dtype cos_dtype dy[4] cos[4] start end core_num ub_bytes npu_arch
-// (npu_arch 3510: an Ascend 950, whose tiling picks the register-based kernel where the slice fits it)
-// then dy, cos, sin bytes (or nothing: zeros, to count a large launch cheaply); OUT receives dy after the
-// call; COUNTS (JSON) what each core did.
+//   gathers positions_batch batch_axis seq_axis
+// (npu_arch 3510: an Ascend 950, whose tiling picks the register-based kernel where the slice fits it;
+// gathers 1: the ops that gather cos/sin rows by position, cos the cache [1, P, 1, L], one channel of
+// positions_batch x S positions) then dy, cos, sin bytes and the int64 positions when gathering (or nothing:
+// zeros, to count a large launch cheaply); OUT receives dy after the call; COUNTS (JSON) what each core did.
 // Exit 2: the tiling refused the problem.
 #include <cstdio>
 #include <cstring>
@@ -43,10 +45,11 @@ void write_counts(const char *path, const ms_rotary_ascend::RotaryTiling &t) {
                  static_cast<long long>(c.mte2.bytes), static_cast<long long>(c.mte3.transfers),
                  static_cast<long long>(c.mte3.bursts), static_cast<long long>(c.mte3.bytes));
     std::fprintf(f, "\"barriers\": %lld, \"flag_waits\": %lld, \"queue_waits\": %lld, \"scalar_writes\": %lld, "
-                 "\"queue_buffers\": %lld, \"kernel_type\": %lld}",
+                 "\"queue_buffers\": %lld, \"kernel_type\": %lld, \"gm_scalar_reads\": %lld}",
                  static_cast<long long>(c.barriers), static_cast<long long>(c.flag_waits),
                  static_cast<long long>(c.queue_waits), static_cast<long long>(c.scalar_writes),
-                 static_cast<long long>(c.queue_buffers), static_cast<long long>(c.kernel_type));
+                 static_cast<long long>(c.queue_buffers), static_cast<long long>(c.kernel_type),
+                 static_cast<long long>(c.gm_scalar_reads));
   }
   std::fprintf(f, "]}\n");
   std::fclose(f);
@@ -56,12 +59,15 @@ void write_counts(const char *path, const ms_rotary_ascend::RotaryTiling &t) {
 
 extern "C" void ms_rotary_partial_rotary_mul(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
 extern "C" void ms_rotary_partial_rotary_mul_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
+extern "C" void ms_rotary_partial_rotary_mul_positions(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
+extern "C" void ms_rotary_partial_rotary_mul_positions_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
+                                                            GM_ADDR);
 
 int main(int argc, char **argv) {
   if (argc != 3 && argc != 4) return 1;
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  constexpr int kHeader = 17;
+  constexpr int kHeader = 21;
   if (bytes.size() < kHeader * sizeof(int64_t)) return 1;
   const int64_t *h = reinterpret_cast<const int64_t *>(bytes.data());
   ms_rotary_ascend::RotaryShape shape{};
@@ -78,6 +84,11 @@ int main(int argc, char **argv) {
   const int64_t core_num = h[14];
   shim::ub_limit = h[15];
   shape.arch35 = h[16] == 3510;
+  shape.gathers = h[17] != 0;
+  shape.positions.batch = h[18];
+  shape.positions.batch_axis = h[19];
+  shape.positions.seq_axis = h[20];
+  shape.positions.seq = shape.positions.seq_axis >= 0 && shape.positions.seq_axis < 3 ? shape.dy[h[20]] : -1;
   ms_rotary_ascend::RotaryTiling t{};
   if (ms_rotary_ascend::compute_rotary_tiling(shape, core_num, shim::ub_limit, &t) != ms_rotary::kOk) {
     return 2;
@@ -86,15 +97,19 @@ int main(int argc, char **argv) {
       shape.dy[0] * shape.dy[1] * shape.dy[2] * shape.dy[3] * ms_rotary::dtype_bytes(shape.dy_dtype_id);
   const int64_t cos_bytes =
       shape.cos[0] * shape.cos[1] * shape.cos[2] * shape.cos[3] * ms_rotary::dtype_bytes(shape.cos_dtype_id);
+  const int64_t positions_count = shape.gathers ? shape.positions.batch * shape.positions.seq : 0;
   // Separate exact-size copies, so AddressSanitizer catches any access outside each tensor.
   const bool zeros = bytes.size() == kHeader * sizeof(int64_t);
-  if (!zeros && bytes.size() != kHeader * sizeof(int64_t) + dy_bytes + 2 * cos_bytes) return 1;
+  const int64_t payload_bytes = dy_bytes + 2 * cos_bytes + positions_count * 8;
+  if (!zeros && static_cast<int64_t>(bytes.size()) != kHeader * 8 + payload_bytes) return 1;
   const char *payload = bytes.data() + kHeader * sizeof(int64_t);
   std::vector<uint8_t> dy(dy_bytes), cos(cos_bytes), sin(cos_bytes);
+  std::vector<int64_t> positions(positions_count);
   if (!zeros) {
     std::memcpy(dy.data(), payload, dy_bytes);
     std::memcpy(cos.data(), payload + dy_bytes, cos_bytes);
     std::memcpy(sin.data(), payload + dy_bytes + cos_bytes, cos_bytes);
+    if (positions_count > 0) std::memcpy(positions.data(), payload + dy_bytes + 2 * cos_bytes, positions_count * 8);
   }
   optiling::PartialRotaryTilingData data{};
 #define MS_ROTARY_COPY_FIELD(tiling_field, data_field) data.data_field = t.tiling_field;
@@ -102,9 +117,17 @@ int main(int argc, char **argv) {
 #undef MS_ROTARY_COPY_FIELD
   shim::tiling_key = t.tiling_key;
   auto *entry = shape.conjugate ? ms_rotary_partial_rotary_mul_grad : ms_rotary_partial_rotary_mul;
+  auto *gather_entry =
+      shape.conjugate ? ms_rotary_partial_rotary_mul_positions_grad : ms_rotary_partial_rotary_mul_positions;
+  const GM_ADDR tiling = reinterpret_cast<GM_ADDR>(&data);
   const int64_t launched = t.used_cores > 0 ? t.used_cores : 1;
   for (shim::block_idx = 0; shim::block_idx < launched; ++shim::block_idx) {
-    entry(dy.data(), cos.data(), sin.data(), dy.data(), nullptr, reinterpret_cast<GM_ADDR>(&data));
+    if (shape.gathers) {
+      gather_entry(dy.data(), cos.data(), sin.data(), reinterpret_cast<GM_ADDR>(positions.data()), dy.data(),
+                   nullptr, tiling);
+    } else {
+      entry(dy.data(), cos.data(), sin.data(), dy.data(), nullptr, tiling);
+    }
   }
   std::ofstream(argv[2], std::ios::binary).write(reinterpret_cast<const char *>(dy.data()), dy_bytes);
   if (argc == 4) write_counts(argv[3], t);

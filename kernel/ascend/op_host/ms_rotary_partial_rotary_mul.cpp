@@ -1,6 +1,8 @@
-// OpDef, infer-shape and tiling of MsRotaryPartialRotaryMul and MsRotaryPartialRotaryMulGrad for CANN's custom
-// op compiler (built by kernel/ascend/build.sh; needs CANN). dy is both input and output: the op writes the
-// rotated slice back into it. The tiling arithmetic lives in rotary_tiling.cpp, tested on the host.
+// OpDef, infer-shape and tiling of MsRotaryPartialRotaryMul and MsRotaryPartialRotaryMulGrad, and of their twins
+// that gather cos/sin rows by position (...Positions, ...PositionsGrad: cos/sin a cache [1, P, 1, L], an int64
+// input positions [1, 1|B, S]), for CANN's custom op compiler (built by kernel/ascend/build.sh; needs CANN).
+// dy is both input and output: the op writes the rotated slice back into it. The tiling arithmetic lives in
+// rotary_tiling.cpp, tested on the host.
 #include <cstring>
 
 #include "ms_rotary_partial_rotary_mul_tiling.h"
@@ -16,7 +18,7 @@ int64_t dtype_id(ge::DataType dtype) {
                                                                               : ms_rotary::kBFloat16;
 }
 
-ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
+ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate, bool gathers) {
   const gert::Shape dy = context->GetInputShape(0)->GetStorageShape();
   const gert::Shape cos = context->GetInputShape(1)->GetStorageShape();
   const gert::Shape sin = context->GetInputShape(2)->GetStorageShape();
@@ -41,6 +43,17 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   shape.start = bounds[0];
   shape.end = ms_rotary::slice_end(bounds[0], bounds[1], shape.cos);
   shape.conjugate = conjugate;
+  shape.gathers = gathers;
+  if (gathers) {  // positions [channels, 1|B, S]; attribute 2: dy's (B, S) axes
+    const gert::Shape positions = context->GetInputShape(3)->GetStorageShape();
+    const auto *axes = attrs->GetAttrPointer<gert::ContinuousVector>(2);
+    if (positions.GetDimNum() != 3 || axes->GetSize() != 2) return ge::GRAPH_FAILED;
+    const int64_t *axis = static_cast<const int64_t *>(axes->GetData());
+    shape.positions.channels = positions.GetDim(0);
+    shape.positions.batch = positions.GetDim(1);
+    shape.positions.seq = positions.GetDim(2);
+    shape.positions.batch_axis = axis[0], shape.positions.seq_axis = axis[1];
+  }
 
   auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
   shape.arch35 = platform.GetSocVersion() == platform_ascendc::SocVersion::ASCEND950;
@@ -64,8 +77,10 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate) {
   return ge::GRAPH_SUCCESS;
 }
 
-ge::graphStatus TilingForward(gert::TilingContext *context) { return TilingCommon(context, false); }
-ge::graphStatus TilingBackward(gert::TilingContext *context) { return TilingCommon(context, true); }
+ge::graphStatus TilingForward(gert::TilingContext *context) { return TilingCommon(context, false, false); }
+ge::graphStatus TilingBackward(gert::TilingContext *context) { return TilingCommon(context, true, false); }
+ge::graphStatus TilingPositions(gert::TilingContext *context) { return TilingCommon(context, false, true); }
+ge::graphStatus TilingPositionsGrad(gert::TilingContext *context) { return TilingCommon(context, true, true); }
 
 }  // namespace
 }  // namespace optiling
@@ -96,19 +111,27 @@ namespace ops {
 #define MS_ROTARY_COS_TYPES                                                                            \
   {ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT, \
    ge::DT_FLOAT16, ge::DT_BF16}
+#define MS_ROTARY_POSITIONS_TYPES                                                                    \
+  {ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64,    \
+   ge::DT_INT64, ge::DT_INT64}
 #define MS_ROTARY_FORMATS {ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, \
                            ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND}
 
 // The tiling function's type is not named: CANN 8 calls it gert::OpImplRegisterV2::TilingKernelFunc, the
 // public metadef (2023) gert::OpImplKernelRegistry::TilingKernelFunc; SetTiling takes it either way.
+// gathers: the input positions and the attribute positions_axes after the others.
 template <typename Self, typename TilingFunction>
-void DefineRotaryOp(Self &op, TilingFunction tiling) {
+void DefineRotaryOp(Self &op, TilingFunction tiling, bool gathers = false) {
   op.Input("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
   op.Input("cos").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
   op.Input("sin").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
+  if (gathers) {
+    op.Input("positions").ParamType(REQUIRED).DataType(MS_ROTARY_POSITIONS_TYPES).Format(MS_ROTARY_FORMATS);
+  }
   op.Output("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
   op.Attr("rotary_mode").Int(1);
   op.Attr("partial_slice").ListInt({0, ms_rotary::kSliceFromCosEnd});
+  if (gathers) op.Attr("positions_axes").ListInt({0, 1});
   op.SetInferShape(ge::InferShape).SetInferDataType(ge::InferDataType);
   op.AICore().SetTiling(tiling).AddConfig("ascend910b").AddConfig("ascend910_93").AddConfig("ascend950");
 }
@@ -127,7 +150,23 @@ class MsRotaryPartialRotaryMulGrad : public OpDef {
   }
 };
 
+class MsRotaryPartialRotaryMulPositions : public OpDef {
+ public:
+  explicit MsRotaryPartialRotaryMulPositions(const char *name) : OpDef(name) {
+    DefineRotaryOp(*this, optiling::TilingPositions, true);
+  }
+};
+
+class MsRotaryPartialRotaryMulPositionsGrad : public OpDef {
+ public:
+  explicit MsRotaryPartialRotaryMulPositionsGrad(const char *name) : OpDef(name) {
+    DefineRotaryOp(*this, optiling::TilingPositionsGrad, true);
+  }
+};
+
 OP_ADD(MsRotaryPartialRotaryMul);
 OP_ADD(MsRotaryPartialRotaryMulGrad);
+OP_ADD(MsRotaryPartialRotaryMulPositions);
+OP_ADD(MsRotaryPartialRotaryMulPositionsGrad);
 
 }  // namespace ops

@@ -24,10 +24,13 @@ TILING_DATA_FIELD_DEF(int64_t, bigCores);
 TILING_DATA_FIELD_DEF(int64_t, rowsPerLoop);
 TILING_DATA_FIELD_DEF(int64_t, cosRowsPerLoop);
 TILING_DATA_FIELD_DEF(int64_t, pitch);
+TILING_DATA_FIELD_DEF(int64_t, cacheRows);
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMul, PartialRotaryTilingData)
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulGrad, PartialRotaryTilingData)
+REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulPositions, PartialRotaryTilingData)
+REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulPositionsGrad, PartialRotaryTilingData)
 }  // namespace optiling
 
 #endif  // MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_

@@ -41,10 +41,15 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
                                         RotaryTiling *tiling) {
   if (tiling == nullptr) return ms_rotary::kBadParamCount;
   if (core_num <= 0) return ms_rotary::kBadCoreCount;
+  const int64_t dy_bytes = ms_rotary::dtype_bytes(shape.dy_dtype_id);
+  const int64_t cos_bytes = ms_rotary::dtype_bytes(shape.cos_dtype_id);
   const ms_rotary::Status status =
-      ms_rotary::check_shapes(shape.dy, shape.cos, shape.cos, ms_rotary::dtype_bytes(shape.dy_dtype_id),
-                              ms_rotary::dtype_bytes(shape.cos_dtype_id), shape.rotary_mode, shape.start, shape.end);
+      shape.gathers ? ms_rotary::check_positions_shape(shape.dy, shape.cos, shape.cos, dy_bytes, cos_bytes,
+                                                       shape.rotary_mode, shape.start, shape.end, shape.positions)
+                    : ms_rotary::check_shapes(shape.dy, shape.cos, shape.cos, dy_bytes, cos_bytes, shape.rotary_mode,
+                                              shape.start, shape.end);
   if (status != ms_rotary::kOk) return status;
+  if (shape.gathers && shape.positions.channels != 1) return ms_rotary::kBadPositions;  // per-lane: not built
   const int64_t head_dim = shape.dy[3];
   const int64_t len = shape.end - shape.start;
 
@@ -56,7 +61,9 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   t.head_dim = head_dim;
   t.start = shape.start;
   t.len = len;
-  const ms_rotary::CosStrides strides = ms_rotary::cos_row_strides(shape.cos);
+  const ms_rotary::CosStrides strides =
+      shape.gathers ? ms_rotary::positions_strides(shape.positions) : ms_rotary::cos_row_strides(shape.cos);
+  t.cache_rows = shape.gathers ? shape.cos[1] : 0;
   t.cos_b_stride = strides.b, t.cos_s_stride = strides.s, t.cos_n_stride = strides.n;
   const bool register_path = shape.arch35 && ms_rotary::fits_register_path(shape.rotary_mode, len);
   t.tiling_key = (register_path ? ms_rotary::kRegisterPathKeys : 0) +

@@ -19,6 +19,8 @@ struct RotaryShape {
   int64_t start, end;
   bool conjugate;        // the backward
   bool arch35;           // an Ascend 950: the register-based kernel where the slice fits it
+  bool gathers;          // cos/sin rows by position: cos is a cache [1, P, 1, L] (rotary_rules.h)
+  ms_rotary::PositionsShape positions;  // with `gathers`: one channel
 };
 
 struct RotaryTiling {
@@ -26,7 +28,8 @@ struct RotaryTiling {
   int64_t seq, heads;     // S, N: to find a row's cos row
   int64_t head_dim;       // D: the stride between rows of dy
   int64_t start, len;     // the slice
-  int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // in cos rows; 0 on broadcast axes
+  int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // in cos rows, 0 on broadcast axes; gathering: in tokens
+                                                      // of the positions (ms_rotary::positions_strides)
   int64_t used_cores;
   int64_t rows_per_core;  // cores [0, big_cores) take one row more
   int64_t big_cores;
@@ -34,6 +37,7 @@ struct RotaryTiling {
   int64_t cos_rows_per_loop;  // most distinct cos rows one block reads (fewer when cos broadcasts over rows)
   int64_t pitch;          // elements between rows of a block in the unified buffer: len rounded up to 16
                           // (the register path: len, its rows back to back)
+  int64_t cache_rows;     // gathering: P, the rows positions pick from; 0: cos broadcast over dy
   int64_t tiling_key;     // mode, direction, dy dtype, cos dtype; the register path's from kRegisterPathKeys
 };
 

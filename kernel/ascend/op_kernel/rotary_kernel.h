@@ -208,7 +208,7 @@ class PartialRotaryKernel {
     inQueue_.EnQue(slices);
 
     LocalTensor<TCos> cosRows = cosQueue_.template AllocTensor<TCos>();
-    CosRuns runs(tiling_, row0, rows);
+    CosRuns runs(tiling_, positionsGm_, row0, rows);
     for (int64_t slot, cosRow, count; runs.Next(slot, cosRow, count);) CopyCosRows(cosRows, slot, cosRow, count);
     cosQueue_.EnQue(cosRows);
     return runs.Slots();
@@ -440,6 +440,7 @@ class PartialRotaryKernel {
   TBuf<TPosition::VECCALC> signBuf_, scratchBuf_;
   GlobalTensor<TDy> dyGm_;
   GlobalTensor<TCos> cosGm_, sinGm_;
+  GlobalTensor<int64_t> positionsGm_;  // gathering by position: set by Blocks::Run
   LocalTensor<uint32_t> partner_, same_;
   LocalTensor<float> sign_;
 };
@@ -452,7 +453,7 @@ class PartialRotaryKernel {
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)                                              \
   if (TILING_KEY_IS(ms_rotary::kRegisterPathKeys + MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                  \
     ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::arch35::PartialRotaryKernel<mode, conj, TDy, TCos>>(    \
-        dy, cos, sin, kernelTiling);                                                                          \
+        dy, cos, sin, kernelPositions, kernelTiling);                                                         \
   }
 #else
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
@@ -464,7 +465,7 @@ class PartialRotaryKernel {
 #define MS_ROTARY_CASE(conj, mode, dyi, TDy, cosi, TCos)                                                     \
   if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                                                  \
     ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::PartialRotaryKernel<mode, conj, TDy, TCos>>(            \
-        dy, cos, sin, kernelTiling);                                                                          \
+        dy, cos, sin, kernelPositions, kernelTiling);                                                         \
   }                                                                                                           \
   MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
 #define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \
@@ -477,9 +478,12 @@ class PartialRotaryKernel {
   MS_ROTARY_CASE_COS(conj, mode, 2, bfloat16_t)
 // Vector cores only (KERNEL_TYPE_AIV_ONLY): a launch then starts no cube cores, whose start-up would add to
 // the head cost of this pure vector op (asc-devkit guide, 设置合适的核数和算子Kernel类型).
-#define MS_ROTARY_DISPATCH(conj, generatedTiling)                                                             \
+// positions: the int64 positions of an op that gathers cos/sin rows by them, else nullptr. (Not `const
+// GM_ADDR`: GM_ADDR is a macro in CANN, which would make the bytes const, not the pointer.)
+#define MS_ROTARY_DISPATCH(conj, generatedTiling, positions)                                                  \
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);                                                             \
   const ms_rotary_ascend::Tiling kernelTiling = ms_rotary_ascend::ReadTiling(generatedTiling);                \
+  GM_ADDR kernelPositions = positions;                                                                        \
   MS_ROTARY_CASE_DY(conj, 0)                                                                                  \
   MS_ROTARY_CASE_DY(conj, 1)                                                                                  \
   MS_ROTARY_CASE_DY(conj, 2)                                                                                  \

@@ -278,7 +278,7 @@ class PartialRotaryKernel {
     CopyRegionsIn<kInLayout>(slices, row0, rows);
     inQueue_.EnQue(slices);
     LocalTensor<TCos> cosRows = cosQueue_.template AllocTensor<TCos>();
-    CosRuns runs(tiling_, row0, rows);
+    CosRuns runs(tiling_, positionsGm_, row0, rows);
     for (int64_t slot, cosRow, count; runs.Next(slot, cosRow, count);) CopyCosRows(cosRows, slot, cosRow, count);
     cosQueue_.EnQue(cosRows);
     return runs.Slots();
@@ -334,6 +334,7 @@ class PartialRotaryKernel {
   TQue<QuePosition::VECOUT, 1> outQueue_;
   GlobalTensor<TDy> dyGm_;
   GlobalTensor<TCos> cosGm_, sinGm_;
+  GlobalTensor<int64_t> positionsGm_;  // gathering by position: set by Blocks::Run
 };
 
 }  // namespace arch35

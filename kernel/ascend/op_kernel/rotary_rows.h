@@ -8,6 +8,8 @@
 
 namespace ms_rotary_ascend {
 
+using AscendC::GlobalTensor;
+
 // The tiling as the kernels read it. The kernel build generates the TilingData struct from the op_host
 // header, and its name and namespace are the generator's choice, so the kernels copy the fields they need
 // by name into a struct of their own (ReadTiling) and never name the generated type.
@@ -28,14 +30,21 @@ __aicore__ inline Tiling ReadTiling(const GeneratedTiling &generated) {
 
 __aicore__ inline int64_t AlignUp(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
-// The cos row that row `row` of dy (a B*S*N row index) reads.
-__aicore__ inline int64_t CosRow(const Tiling &t, int64_t row) {
+// The cos row that row `row` of dy (a B*S*N row index) reads: by cos's strides over dy, or when gathering
+// (cacheRows > 0) the cache row at its token's position, the strides then locating the token in `positions`.
+// A kernel cannot raise: a position outside the cache (refused by the host where it sees the positions) is
+// clamped into it, so the kernel never reads past the cache.
+__aicore__ inline int64_t CosRow(const Tiling &t, const GlobalTensor<int64_t> &positions, int64_t row) {
   const int64_t n = row % t.heads, s = (row / t.heads) % t.seq;
   const int64_t b = row / (t.heads * t.seq);
-  return b * t.cosBStride + s * t.cosSStride + n * t.cosNStride;
+  const int64_t index = b * t.cosBStride + s * t.cosSStride + n * t.cosNStride;
+  if (t.cacheRows == 0) return index;
+  const int64_t position = positions.GetValue(static_cast<uint64_t>(index));
+  return position < 0 ? 0 : position < t.cacheRows ? position : t.cacheRows - 1;
 }
 
-// Rows come in groups of this many consecutive rows reading one cos row (1: each row its own).
+// Rows come in groups of this many consecutive rows reading one cos row (1: each row its own; gathering: one
+// token's rows).
 __aicore__ inline int64_t CosGroupRows(const Tiling &t) {
   return t.cosNStride != 0 ? 1 : t.cosSStride != 0 ? t.heads : t.cosBStride != 0 ? t.seq * t.heads : t.rows;
 }
@@ -56,16 +65,18 @@ __aicore__ inline int64_t RunRows(const Tiling &t, int64_t row0, int64_t r, int6
 // most kMaxCopyBlocks rows), into slots numbered in block order: rows sharing a cos row share its slot.
 class CosRuns {
  public:
-  __aicore__ inline CosRuns(const Tiling &t, int64_t row0, int64_t rows) : t_(t), row0_(row0), rows_(rows) {}
+  __aicore__ inline CosRuns(const Tiling &t, const GlobalTensor<int64_t> &positions, int64_t row0, int64_t rows)
+      : t_(t), positions_(positions), row0_(row0), rows_(rows) {}
 
   // The next run: `count` cos rows from `cosRow`, into slots from `slot`; false after the last.
   __aicore__ inline bool Next(int64_t &slot, int64_t &cosRow, int64_t &count) {
     if (r_ >= rows_) return false;
-    slot = slots_, cosRow = CosRow(t_, row0_ + r_), count = 0;
+    slot = slots_, cosRow = CosRow(t_, positions_, row0_ + r_), count = 0;
     do {  // one CosRow a slot
       r_ += RunRows(t_, row0_, r_, rows_);
       ++count, ++slots_;
-    } while (r_ < rows_ && count < ms_rotary::kMaxCopyBlocks && CosRow(t_, row0_ + r_) == cosRow + count);
+    } while (r_ < rows_ && count < ms_rotary::kMaxCopyBlocks &&
+             CosRow(t_, positions_, row0_ + r_) == cosRow + count);
     return true;
   }
 
@@ -73,18 +84,21 @@ class CosRuns {
 
  private:
   const Tiling &t_;
+  const GlobalTensor<int64_t> &positions_;
   int64_t row0_, rows_, r_ = 0, slots_ = 0;
 };
 
 // What both kernels do with their stages (each kernel declares it a friend): this core's rows in blocks of
 // rowsPerLoop, each copied in, computed and copied out, the kernels' queues letting successive blocks overlap.
 struct Blocks {
+  // positions: int64, read when the tiling gathers by position (else null).
   template <typename Kernel>
-  __aicore__ static inline void Run(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
+  __aicore__ static inline void Run(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, GM_ADDR positions, const Tiling &t) {
     const int64_t core = AscendC::GetBlockIdx();
     if (t.rows == 0 || core >= t.usedCores) return;  // empty work, or an idle core
     Kernel kernel;
     kernel.Init(dy, cos, sin, t);
+    kernel.positionsGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t *>(positions));
     const int64_t first = core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
     const int64_t count = t.rowsPerCore + (core < t.bigCores ? 1 : 0);
     for (int64_t done = 0; done < count; done += t.rowsPerLoop) {

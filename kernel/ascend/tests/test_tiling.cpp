@@ -157,6 +157,32 @@ int main() {
     wrong.cos[0] = 3;
     EXPECT(compute_rotary_tiling(wrong, 8, ub, &t) == ms_rotary::kBadBroadcast);
   }
+  {  // gathering by position: strides locate a row's token in the positions, the cache is any length
+    RotaryShape s = make(2, 5, 4, 128, 64, 128, 3);  // BSND, [B, S] positions
+    s.gathers = true;
+    s.cos[1] = 4096;
+    s.positions.batch = 2, s.positions.batch_axis = 0, s.positions.seq_axis = 1, s.positions.seq = 5;
+    EXPECT(compute_rotary_tiling(s, 8, ub, &t) == ms_rotary::kOk);
+    EXPECT(t.cache_rows == 4096 && t.cos_b_stride == 5 && t.cos_s_stride == 1 && t.cos_n_stride == 0);
+    check_cover(s, t, 8, ub);
+    RotaryShape bnsd = s;  // [B, N, S, D] with one row of positions for the batch
+    bnsd.dy[1] = 4, bnsd.dy[2] = 5;
+    bnsd.positions.batch = 1, bnsd.positions.seq_axis = 2;
+    EXPECT(compute_rotary_tiling(bnsd, 8, ub, &t) == ms_rotary::kOk);
+    EXPECT(t.cos_b_stride == 0 && t.cos_s_stride == 0 && t.cos_n_stride == 1 && t.cos_rows_per_loop == t.rows_per_loop);
+    EXPECT(compute_rotary_tiling(make(2, 5, 4, 128, 64, 128, 3), 8, ub, &t) == ms_rotary::kOk && t.cache_rows == 0);
+    RotaryShape bad = s;
+    bad.positions.seq = 4;  // positions for another sequence length
+    EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
+    bad = s, bad.positions.batch = 3;
+    EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
+    bad = s, bad.cos[0] = 2;  // not a cache [1, P, 1, L]
+    EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
+    bad = s, bad.positions.channels = 3;  // M-RoPE's per-lane channels: not on Ascend yet
+    EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
+    bad = s, bad.positions.seq_axis = 0;
+    EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
+  }
   if (failures) {
     std::fprintf(stderr, "%d tiling expectations failed\n", failures);
     return 1;

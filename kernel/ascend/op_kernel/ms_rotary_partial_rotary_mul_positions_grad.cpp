@@ -1,0 +1,12 @@
+// Entry point of MsRotaryPartialRotaryMulPositionsGrad (backward, cos/sin rows gathered by position from a
+// cache) on Ascend vector cores.
+#include "rotary_kernel.h"
+
+extern "C" __global__ __aicore__ void ms_rotary_partial_rotary_mul_positions_grad(GM_ADDR dy, GM_ADDR cos,
+                                                                                GM_ADDR sin, GM_ADDR positions,
+                                                                                GM_ADDR /*dy_out: dy itself*/,
+                                                                                GM_ADDR /*workspace*/,
+                                                                                GM_ADDR tiling) {
+  GET_TILING_DATA(tilingData, tiling);
+  MS_ROTARY_DISPATCH(1, tilingData, positions)
+}
