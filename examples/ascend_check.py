@@ -1,6 +1,9 @@
 """First call on a device: every mode and dtype pair of the forward and the backward, on two slices, checked
-against the numpy kernel (ms_rotary/numpy_kernel.py, fp32 on the host). On a 950 the 64-lane slice runs the
-register-based kernel and the 24-lane one the memory-based kernel; elsewhere both run the memory-based one.
+against the numpy kernel (ms_rotary/numpy_kernel.py, fp32 on the host); then RotaryEmbedding, whose kernel
+reads cos/sin rows by position from its cache, with q and k and its gradient, every single-position mode and
+(q, cache) dtype pair, checked against the numpy kernel on the rows the positions pick. On a 950 the 64-lane
+slice runs the register-based kernel and the 24-lane one the memory-based kernel; elsewhere both run the
+memory-based one.
 
     python examples/ascend_check.py                 # on an Ascend device, after kernel/ascend/build.sh
     python examples/ascend_check.py --device CPU    # the same check of the compiled CPU kernel
@@ -47,6 +50,30 @@ def check_case(mode, dy_dtype, cos_dtype, backward, start, end, rng):
     return float(np.max(np.abs(got - expected)))
 
 
+# RotaryEmbedding: prompts at 0.., a decode step's positions and packed sequences that restart.
+LAYER_POSITIONS = np.array([list(range(16)), [40, 41, 42, 43, 0, 1, 2, 3, 4, 0, 1, 2, 62, 63, 7, 7]])
+LAYER_CACHE = 64
+LAYER_MODES = (0, 1, 3)  # one position per token (quarter mode reads two; Ascend does not gather that yet)
+
+
+def check_layer_case(mode, dy_dtype, cache_dtype, start, end, rng):
+    """max |device - numpy| over q_rot, k_rot and the gradient of q (the layer's backward, applied to w)."""
+    layer = ms_rotary.RotaryEmbedding(DY_SHAPE[3], (start, end), mode, rope_theta=10000.0,
+                                      cache_positions=LAYER_CACHE, cache_dtype=DTYPES[cache_dtype])
+    batch, seq = LAYER_POSITIONS.shape
+    q, k, w = (tensor(rng.uniform(-1, 1, (batch, seq, heads, DY_SHAPE[3])), dy_dtype) for heads in (4, 2, 4))
+    positions = ms.Tensor(LAYER_POSITIONS)
+    cos, sin = (host(t)[0, :, 0][LAYER_POSITIONS][:, :, None] for t in (layer.cos_cache, layer.sin_cache))
+    q_rot, k_rot = layer(q, k, positions)
+    _, rotate_back = ms.vjp(lambda q: layer(q, None, positions), q)
+    (dq,) = rotate_back(w)
+    errors = []
+    for got, source, backward in ((q_rot, q, False), (k_rot, k, False), (dq, w, True)):
+        rotated = numpy_kernel.rotate(host(source), cos, sin, mode, start, end, conjugate=backward)
+        errors.append(float(np.max(np.abs(host(got) - host(tensor(rotated, dy_dtype))))))
+    return max(errors)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="Ascend", choices=["Ascend", "CPU"])
@@ -68,8 +95,17 @@ def main():
         print(f"{'ok  ' if ok else 'DIFF'} slice [{start}, {end}) mode {mode} ({ms_rotary.MODE_NAMES[mode]}), "
               f"dy {dy_dtype}, cos {cos_dtype}, {'backward' if backward else 'forward'}: "
               f"max |device - numpy| {error:.2e}")
-    print(f"ascend check: {agree}/{len(cases)} cases agree on {args.device}")
-    return 0 if agree == len(cases) else 1
+    layer_cases = list(itertools.product(SLICES, LAYER_MODES, DTYPES, DTYPES))
+    for (start, end), mode, dy_dtype, cache_dtype in layer_cases:
+        error = check_layer_case(mode, dy_dtype, cache_dtype, start, end, rng)
+        ok = error <= TOLERANCE[dy_dtype]
+        agree += ok
+        print(f"{'ok  ' if ok else 'DIFF'} RotaryEmbedding slice [{start}, {end}) mode {mode} "
+              f"({ms_rotary.MODE_NAMES[mode]}), q/k {dy_dtype}, cache {cache_dtype}, q and k forward, q backward: "
+              f"max |device - numpy| {error:.2e}")
+    total = len(cases) + len(layer_cases)
+    print(f"ascend check: {agree}/{total} cases agree on {args.device}")
+    return 0 if agree == total else 1
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ The kernel reads each token's cos/sin row from the cache at its position (no gat
 rotates q and k in one call; the backward is the same call transposed. Decoding passes the new tokens'
 positions; packed sequences are B = 1 with positions that restart per sequence. Every mode (M-RoPE and
 quarter mode read each lane at the position of its own channel), BSND/SBND/BNSD. CPU (the compiled kernel, or
-the numpy fallback); PyNative, ms.jit and GRAPH_MODE; out of place with gradients for q and k to any order,
-or in place."""
+the numpy fallback) and Ascend (kernel/ascend's ops that gather by position: one position channel, so not
+M-RoPE or quarter mode yet); PyNative, ms.jit and GRAPH_MODE; out of place with gradients for q and k to any
+order, or in place."""
 import dataclasses
 import functools
 import numbers
@@ -18,7 +19,7 @@ import numpy as np
 from mindspore import mint, nn, ops
 from mindspore.graph.api import _pynative_executor
 from mindspore.ops import functional as F
-from mindspore.ops.auto_generate import Identity, InplaceCopy
+from mindspore.ops.auto_generate import Clone, Identity, InplaceCopy
 
 from . import library, numpy_kernel, routes
 from .backend import choose_backend
@@ -28,6 +29,7 @@ from .kernels import (
     _HOST_DTYPES,
     DTYPE_NAMES,
     EAGER_OUT_OF_PLACE_MIN_SIZE,
+    AscendKernel,
     _host_array,
     _host_float32,
     alias_after_write,
@@ -98,8 +100,8 @@ def _positions_rule(channels, batch=None, seq=None):
 
 
 class _GatherKernel(nn.Cell):
-    """One direction of the gathered rotation on one target: traced through ops.Custom, eagerly on the
-    tensors' memory (CPU)."""
+    """One direction of the gathered rotation on one target: traced (and on Ascend always) through
+    ops.Custom, eagerly on the tensors' memory (CPU)."""
 
     def __init__(self, call, backend, device_target):
         super().__init__()
@@ -116,7 +118,11 @@ class _GatherKernel(nn.Cell):
             check_dtypes(dtype, cos_dtype, sin_dtype, "q")
             return dtype
 
-        if backend == "aot":
+        if backend == "ascend":  # the op writes its first input: a clone (construct)
+            self.prim = AscendKernel.gathering_primitive(call.conjugate, call.rotary_mode, (call.start, call.end),
+                                                         infer_shape, infer_dtype, _positions_attrs(call))
+            self.clone = Clone()
+        elif backend == "aot":
             entry = library.AOT_POSITIONS_ENTRIES[call.conjugate]
             library.load()
             self.prim = ops.Custom(f"{library.LIB_PATH}:{entry}", infer_shape, infer_dtype, func_type="aot",
@@ -187,6 +193,19 @@ class _GatherKernelQ(_GatherKernel):
 class _GatherKernelQK(_GatherKernel):
     def construct(self, q, k, cos, sin, positions):
         return self.prim(q, cos, sin, positions), self.prim(k, cos, sin, positions)
+
+
+class _AscendGatherKernelQ(_GatherKernel):
+    def construct(self, q, cos, sin, positions):
+        target = self.clone(q)
+        return (ops.depend(target, self.prim(target, cos, sin, positions)),)
+
+
+class _AscendGatherKernelQK(_GatherKernel):
+    def construct(self, q, k, cos, sin, positions):
+        q_target, k_target = self.clone(q), self.clone(k)
+        return (ops.depend(q_target, self.prim(q_target, cos, sin, positions)),
+                ops.depend(k_target, self.prim(k_target, cos, sin, positions)))
 
 
 class _NumpyGatherKernelQ(_GatherKernel):
@@ -263,20 +282,14 @@ class _GatherRotary(nn.Cell):
     def __init__(self, call, backend, device_target, transpose_of=None):
         super().__init__()
         self.call, self.device_target = call, device_target
-        kernels = (_GatherKernelQ, _GatherKernelQK) if backend == "aot" else (_NumpyGatherKernelQ, _NumpyGatherKernelQK)
-        self.kernel = kernels[call.heads - 1](call, backend, device_target)
+        self.kernel = _GATHER_KERNELS[backend][call.heads - 1](call, backend, device_target)
         self.no_grads = _NoGrads(device_target)
         transpose = transpose_of or type(self)(call.transpose(), backend, device_target, transpose_of=self)
         object.__setattr__(self, "transpose", transpose)
 
     def __call__(self, *inputs):
-        route = routes.current()
-        if route is Route.TRACED:
-            return super().__call__(*inputs)
-        if not routes.on_host(self.device_target):
-            raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
-        if route is Route.RECORDING:
-            return super().__call__(*inputs)  # records the bprop; construct runs the kernel now
+        if routes.current() is not Route.EAGER or not routes.on_host(self.device_target):
+            return super().__call__(*inputs)  # traced; recording the bprop; or an Ascend op in PyNative
         return self.construct(*inputs)
 
 
@@ -296,6 +309,25 @@ class _NoGrads(nn.Cell):
     def construct(self, cos, sin, positions):  # ops.zeros: graph second-order autodiff fails on zeros_like here
         return (ops.zeros(cos.shape, cos.dtype), ops.zeros(sin.shape, sin.dtype),
                 ops.zeros(positions.shape, positions.dtype))
+
+
+# Each backend's kernels: q alone, q and k.
+_GATHER_KERNELS = {"aot": (_GatherKernelQ, _GatherKernelQK), "pyfunc": (_NumpyGatherKernelQ, _NumpyGatherKernelQK),
+                   "ascend": (_AscendGatherKernelQ, _AscendGatherKernelQK)}
+
+
+class _PositionsGuard(nn.Cell):
+    """positions, after a check that each lies in the cache [0, rows): on Ascend, whose kernel cannot raise
+    (it clamps a position outside the cache into it), the graph asserts the range before the kernel runs."""
+
+    def __init__(self, rows):
+        super().__init__()
+        self.rows = rows
+        self.check = ops.Assert()
+
+    def construct(self, positions):
+        inside = ops.logical_and(positions.min() >= 0, positions.max() < self.rows)
+        return ops.depend(positions, self.check(inside, [positions.min(), positions.max()]))
 
 
 class _GatherRotaryQ(_GatherRotary):
@@ -407,9 +439,11 @@ class RotaryEmbedding(nn.Cell):
         self.sin_cache = ms.Parameter(sin.reshape(1, positions, 1, end - start), name="sin_cache", requires_grad=False)
         device_target = routes.device_target()
         self.backend = backend = choose_backend(backend, device_target)
-        if backend == "ascend":
-            raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
+        if backend == "ascend" and lane_channels is not None:
+            raise ValueError(f"{_PREFIX}: {'quarter mode' if quarter else 'M-RoPE'} reads each lane at its own "
+                             f"channel's position, which the Ascend kernel does not do yet; it runs on CPU")
         call = _GatherCall(mode, start, end, False, 1, LAYOUT_AXES[layout], lane_channels)
+        self.guard = _PositionsGuard(positions) if backend == "ascend" else None
         self.channels = call.channels
         self.inplace = bool(inplace)
         self.before_write, self.inplace_copy = Identity(), InplaceCopy()
@@ -441,9 +475,12 @@ class RotaryEmbedding(nn.Cell):
             raise TypeError(f"{_PREFIX}: q and k must share a dtype, got {q.dtype} and {k.dtype}")
         positions = _positions_argument(positions, self.channels)
         route = routes.current()
-        if self.inplace and route is not Route.TRACED:
+        on_host = routes.on_host(self.rotate_q.device_target)
+        if route is not Route.TRACED and not on_host:  # a clear error before the graph's assertion
+            _check_positions_range(_host_positions(positions, self.channels), self.cos_cache.shape[1])
+        if self.inplace and route is not Route.TRACED and on_host:
             return self._rotate_in_place_now(q, k, positions, route)
-        if route is Route.EAGER and routes.on_host(self.rotate_q.device_target):
+        if route is Route.EAGER and on_host:
             # nothing records: the kernel runs now, past the Cell machinery
             tensors = (q,) if k is None else (q, k)
             outs = (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
@@ -465,8 +502,6 @@ class RotaryEmbedding(nn.Cell):
                                  f"use the out-of-place layer")
         if k is not None and _overlap(q, k):
             raise ValueError(f"{_PREFIX}: inplace=True needs q and k in memory of their own; they overlap")
-        if not routes.on_host(self.rotate_q.device_target):
-            raise ValueError(f"{_PREFIX} runs on CPU; the Ascend kernel does not gather by position yet")
         (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
             tensors, self.cos_cache, self.sin_cache, _host_positions(positions, self.channels), in_place=True)
         for tensor in tensors:
@@ -481,6 +516,8 @@ class RotaryEmbedding(nn.Cell):
             positions = positions.reshape(self.channels, 1, -1)
         elif self.channels == 1:
             positions = positions.reshape(1, positions.shape[0], positions.shape[1])
+        if self.guard is not None:
+            positions = self.guard(positions)
         if self.inplace:
             return self._construct_in_place(q, k, positions)
         if k is None:

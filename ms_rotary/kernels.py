@@ -61,6 +61,11 @@ class _WritesFirstInput(ops.Custom):
         self.add_prim_attr("side_effect_mem", True)
 
 
+class _WritesFirstInputGathering(_WritesFirstInput):
+    """The same for the ops that gather cos/sin rows by position: a fourth input, the positions."""
+    __mindspore_signature__ = (*_WritesFirstInput.__mindspore_signature__, sig.make_sig("positions"))
+
+
 def alias_after_write(dy, written):
     """dy, ordered after the op `written` that wrote it: what an in-place call returns in a graph. A no-op
     reshape makes it a new node: returning the written tensor itself from a network wrapped by
@@ -249,6 +254,9 @@ class AscendKernel(RotaryKernel):
     output "dy" shares the input's name."""
 
     OP_TYPES = {False: "MsRotaryPartialRotaryMul", True: "MsRotaryPartialRotaryMulGrad"}  # by `conjugate`
+    # The twins that gather cos/sin rows by position from a cache (embedding.RotaryEmbedding): a fourth input,
+    # int64 positions [1, 1|B, S], and the attribute positions_axes.
+    GATHER_OP_TYPES = {False: "MsRotaryPartialRotaryMulPositions", True: "MsRotaryPartialRotaryMulPositionsGrad"}
     # The kernel's dtype ids (kernel/common/rotary_rules.h, DType): the tiling key's and the host runner's.
     DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
 
@@ -263,6 +271,15 @@ class AscendKernel(RotaryKernel):
     def construct(self, dy, cos, sin):
         target = self.clone(dy)
         return ops.depend(target, self.prim(target, cos, sin))
+
+    @classmethod
+    def gathering_primitive(cls, conjugate, rotary_mode, partial_slice, infer_shape, infer_dtype, attrs):
+        """The primitive of the op that gathers cos/sin rows by position (`attrs`: its list attributes); it
+        writes its first input, a clone the caller makes."""
+        op_type = cls.GATHER_OP_TYPES[conjugate]
+        return _WritesFirstInputGathering(op_type, infer_shape, infer_dtype, func_type="aot",
+                                          reg_info=reg_info(op_type, rotary_mode, partial_slice, "Ascend", "dy",
+                                                            positions=attrs))
 
 
 KERNELS = {"aot": CpuKernel, "pyfunc": NumpyKernel, "ascend": AscendKernel}

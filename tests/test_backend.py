@@ -56,26 +56,33 @@ def test_an_ascend_device_selects_the_ascend_kernel():
 
 
 def test_ascend_registration_matches_the_op_definition():
+    """Both op families: the ops on cos/sin tables, and their twins that gather cos/sin rows by position, whose
+    OpDef adds what sits under `if (gathers)` (the positions input, the positions_axes attribute)."""
     source = open(OP_DEF).read()
     inputs = re.findall(r'Input\("(\w+)"\)', source)
     outputs = re.findall(r'Output\("(\w+)"\)', source)
     attrs = re.findall(r'Attr\("(\w+)"\)', source)
-    for conjugate, op_name in AscendKernel.OP_TYPES.items():
-        assert f"OP_ADD({op_name})" in source
-        info = reg_info(op_name, 3, [128, 192], "Ascend", "dy")
-        info = json.loads(info) if isinstance(info, str) else info
-        assert [i["name"] for i in info["inputs"]] == inputs
-        assert [o["name"] for o in info["outputs"]] == outputs
-        assert [a["name"] for a in info["attr"]] == attrs
-        assert info["target"] == "Ascend"
-        assert len(info["dtype_format"]) == 9
+    gather_only = {name for _, name in re.findall(r'if \(gathers\)[^;]*?(Input|Attr)\("(\w+)"\)', source)}
+    assert gather_only == {"positions", "positions_axes"}
+    families = ((AscendKernel.OP_TYPES, None), (AscendKernel.GATHER_OP_TYPES, {"positions_axes": [0, 1]}))
+    for op_types, positions in families:
+        for op_name in op_types.values():
+            assert f"OP_ADD({op_name})" in source
+            info = reg_info(op_name, 3, [128, 192], "Ascend", "dy", positions=positions)
+            info = json.loads(info) if isinstance(info, str) else info
+            keep = (lambda name: True) if positions else (lambda name: name not in gather_only)
+            assert [i["name"] for i in info["inputs"]] == [name for name in inputs if keep(name)]
+            assert [o["name"] for o in info["outputs"]] == outputs
+            assert [a["name"] for a in info["attr"]] == [name for name in attrs if keep(name)]
+            assert info["target"] == "Ascend"
+            assert len(info["dtype_format"]) == 9
 
 
 def test_ascend_op_types_are_ms_rotarys_own():
     """A custom OPP registering CANN's built-in op types (InplacePartialRotaryMul/Grad, with other attribute
     defaults) would shadow them for every user of the process."""
     source = open(OP_DEF).read()
-    for op_type in AscendKernel.OP_TYPES.values():
+    for op_type in (*AscendKernel.OP_TYPES.values(), *AscendKernel.GATHER_OP_TYPES.values()):
         assert op_type.startswith("MsRotary")
     assert "OP_ADD(InplacePartialRotaryMul" not in source
 

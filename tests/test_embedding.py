@@ -268,6 +268,48 @@ def test_layers_that_cannot_be_built_are_refused_by_name(kwargs, error, match):
         RotaryEmbedding(**arguments)
 
 
+@pytest.fixture
+def ascend_device(monkeypatch):
+    """Layers built from here on see an Ascend device (they pick kernel/ascend's gathering ops); nothing
+    Ascend runs: what is checked happens before a kernel would."""
+    monkeypatch.setattr(ms_rotary.routes, "device_target", lambda: "Ascend")
+
+
+def test_on_ascend_the_layer_uses_the_gathering_ops_and_refuses_per_lane_channels(ascend_device):
+    layer = _layer("half", backend=None)
+    assert layer.backend == "ascend" and layer.guard is not None
+    for rotate, op_type in ((layer.rotate_q, "MsRotaryPartialRotaryMulPositions"),
+                            (layer.rotate_q.transpose, "MsRotaryPartialRotaryMulPositionsGrad")):
+        assert rotate.kernel.prim.func == op_type
+    for kwargs, match in ((dict(mrope_section=(4, 6, 6)), "M-RoPE reads each lane"),
+                          (dict(rotary_mode="quarter"), "quarter mode reads each lane")):
+        arguments = dict(head_dim=D, partial_slice=SLICE, rotary_mode="half", cache_positions=CACHE)
+        arguments.update(kwargs)
+        with pytest.raises(ValueError, match=match + ".* the Ascend kernel does not do yet"):
+            RotaryEmbedding(**arguments)
+
+
+@pytest.mark.parametrize("bad", [-1, CACHE])
+def test_on_ascend_a_position_outside_the_cache_is_refused_on_the_host(ascend_device, bad):
+    layer = _layer("half", backend=None)
+    q = ms.Tensor(np.ones((1, 3, NQ, D), np.float32))
+    with pytest.raises(ValueError, match=f"position {bad} is outside the cos/sin cache \\[0, {CACHE}\\)"):
+        layer(q, None, ms.Tensor([0, bad, 1]))
+    np.testing.assert_array_equal(q.asnumpy(), 1)
+
+
+@pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
+def test_the_ascend_graph_asserts_positions_inside_the_cache(exec_mode):
+    """The guard an Ascend layer puts before its kernel (which clamps rather than raise): positions pass through
+    unchanged, and one outside the cache stops the graph (MindSpore's Assert, here on CPU)."""
+    from ms_rotary.embedding import _PositionsGuard
+    inside = ms.Tensor(POSITIONS[None])
+    np.testing.assert_array_equal(_run(exec_mode, _PositionsGuard(CACHE), inside).asnumpy(), POSITIONS[None])
+    for bad in (-1, CACHE):  # a new guard each: a graph whose assertion failed refuses to run again
+        with pytest.raises(RuntimeError, match="assert failed"):
+            _run(exec_mode, _PositionsGuard(CACHE), ms.Tensor([[[0, bad]]])).asnumpy()
+
+
 @pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_from_config_rotates_q_and_k_as_transformers_does(family, exec_mode):
