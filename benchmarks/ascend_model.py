@@ -110,11 +110,17 @@ def kernel_tree(revision, out_dir):
     return os.path.join(out_dir, "kernel")
 
 
+# The host runner's sources under kernel/ascend (tests/builds.py builds the same), and those of revisions
+# before the gathering ops, whose two entry points compiled on their own.
+RUNNER_SOURCES = ["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp", "host_shim/kernel_entries.cpp"]
+OLD_RUNNER_SOURCES = RUNNER_SOURCES[:2] + ["op_kernel/ms_rotary_partial_rotary_mul.cpp",
+                                           "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"]
+
+
 def build_runner(kernel, out):
     ascend = os.path.join(kernel, "ascend")
-    sources = ["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp",
-               "op_kernel/ms_rotary_partial_rotary_mul.cpp",
-               "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"]
+    gathers = os.path.exists(os.path.join(ascend, "op_kernel", "ms_rotary_partial_rotary_mul_positions.cpp"))
+    sources = RUNNER_SOURCES if gathers else OLD_RUNNER_SOURCES
     subprocess.run(["g++", "-std=c++17", "-O2", f"-I{ascend}/host_shim", f"-I{ascend}/op_host",
                     f"-I{os.path.join(kernel, 'common')}", *(os.path.join(ascend, s) for s in sources), "-o", out],
                    check=True)
@@ -125,9 +131,10 @@ def count(runner, work, case, backward, chip, npu_arch=None):
     """The runner's counts for a launch of `case` on `chip` (as an `npu_arch` chip, if given)."""
     _, dy, cos, (start, end), mode, dtype = case
     header = [int(backward), mode, DTYPE_IDS[dtype], DTYPE_IDS[dtype], *dy, *cos, start, end, chip.vector_cores,
-              chip.ub_bytes, npu_arch or chip.npu_arch]
+              chip.ub_bytes, npu_arch or chip.npu_arch, 0, 1, 0, 1]  # 0 1 0 1: cos broadcast, no positions
     source, counts = os.path.join(work, "in.bin"), os.path.join(work, "counts.json")
-    for values in (header, header[:-1]):  # runners before the 950's kernel read no npu_arch
+    # runners before the gathering ops read no positions fields, those before the 950's kernel no npu_arch
+    for values in (header, header[:-4], header[:-5]):
         with open(source, "wb") as f:
             f.write(b"".join(v.to_bytes(8, "little", signed=True) for v in values))  # header only: zero tensors
         if subprocess.run([runner, source, os.devnull, counts]).returncode == 0:

@@ -1,8 +1,9 @@
 """First call on a device: every mode and dtype pair of the forward and the backward, on two slices, checked
 against the numpy kernel (ms_rotary/numpy_kernel.py, fp32 on the host); then RotaryEmbedding, whose kernel
-reads cos/sin rows by position from its cache, with q and k and its gradient, every single-position mode and
-(q, cache) dtype pair, checked against the numpy kernel on the rows the positions pick. On a 950 the 64-lane
-slice runs the register-based kernel and the 24-lane one the memory-based kernel; elsewhere both run the
+reads cos/sin rows by position from its cache, with q and k and its gradient, every mode, M-RoPE (both section
+layouts) and (q, cache) dtype pair, checked against the numpy kernel on the rows the positions pick (each
+lane's at its channel's position). On a 950 the 64-lane slice runs the register-based kernel (M-RoPE and
+quarter mode: the memory-based one) and the 24-lane one the memory-based kernel; elsewhere both run the
 memory-based one.
 
     python examples/ascend_check.py                 # on an Ascend device, after kernel/ascend/build.sh
@@ -50,20 +51,42 @@ def check_case(mode, dy_dtype, cos_dtype, backward, start, end, rng):
     return float(np.max(np.abs(got - expected)))
 
 
-# RotaryEmbedding: prompts at 0.., a decode step's positions and packed sequences that restart.
+# RotaryEmbedding: prompts at 0.., a decode step's positions and packed sequences that restart; M-RoPE's
+# height and width channels and quarter mode's block positions differ from them.
 LAYER_POSITIONS = np.array([list(range(16)), [40, 41, 42, 43, 0, 1, 2, 3, 4, 0, 1, 2, 62, 63, 7, 7]])
 LAYER_CACHE = 64
-LAYER_MODES = (0, 1, 3)  # one position per token (quarter mode reads two; Ascend does not gather that yet)
+# name: (rotary mode, M-RoPE interleaved or not, None for one position channel)
+LAYER_KINDS = {"half": (0, None), "interleave": (1, None), "interleave-half": (3, None),
+               "M-RoPE": (0, False), "M-RoPE interleaved": (0, True), "quarter": (2, None)}
 
 
-def check_layer_case(mode, dy_dtype, cache_dtype, start, end, rng):
+def layer_positions(kind):
+    """Positions in the form the layer takes for `kind`, and as [channels, B, S]."""
+    if kind.startswith("M-RoPE"):
+        channels = np.stack([LAYER_POSITIONS, LAYER_POSITIONS // 2, (LAYER_POSITIONS * 5) % LAYER_CACHE])
+        return channels, channels
+    if kind == "quarter":
+        channels = np.stack([LAYER_POSITIONS, LAYER_POSITIONS // 4])
+        return np.moveaxis(channels, 0, -1), channels
+    return LAYER_POSITIONS, LAYER_POSITIONS[None]
+
+
+def check_layer_case(kind, dy_dtype, cache_dtype, start, end, rng):
     """max |device - numpy| over q_rot, k_rot and the gradient of q (the layer's backward, applied to w)."""
+    mode, interleaved = LAYER_KINDS[kind]
+    pairs = (end - start) // 2
+    sections = (pairs - 2 * (pairs * 3 // 8), pairs * 3 // 8, pairs * 3 // 8) if interleaved is not None else None
     layer = ms_rotary.RotaryEmbedding(DY_SHAPE[3], (start, end), mode, rope_theta=10000.0,
-                                      cache_positions=LAYER_CACHE, cache_dtype=DTYPES[cache_dtype])
+                                      cache_positions=LAYER_CACHE, cache_dtype=DTYPES[cache_dtype],
+                                      mrope_section=sections, mrope_interleaved=bool(interleaved))
+    taken, channels = layer_positions(kind)
     batch, seq = LAYER_POSITIONS.shape
     q, k, w = (tensor(rng.uniform(-1, 1, (batch, seq, heads, DY_SHAPE[3])), dy_dtype) for heads in (4, 2, 4))
-    positions = ms.Tensor(LAYER_POSITIONS)
-    cos, sin = (host(t)[0, :, 0][LAYER_POSITIONS][:, :, None] for t in (layer.cos_cache, layer.sin_cache))
+    positions = ms.Tensor(taken)
+    lanes = np.zeros(end - start, np.int64) if layer.rotate_q.call.lane_channels is None else \
+        np.array(layer.rotate_q.call.lane_channels)
+    cos, sin = (np.take_along_axis(host(t)[0, :, 0][channels], lanes.reshape(1, 1, 1, -1), 0)[0][:, :, None]
+                for t in (layer.cos_cache, layer.sin_cache))  # each lane at its channel's position
     q_rot, k_rot = layer(q, k, positions)
     _, rotate_back = ms.vjp(lambda q: layer(q, None, positions), q)
     (dq,) = rotate_back(w)
@@ -95,14 +118,13 @@ def main():
         print(f"{'ok  ' if ok else 'DIFF'} slice [{start}, {end}) mode {mode} ({ms_rotary.MODE_NAMES[mode]}), "
               f"dy {dy_dtype}, cos {cos_dtype}, {'backward' if backward else 'forward'}: "
               f"max |device - numpy| {error:.2e}")
-    layer_cases = list(itertools.product(SLICES, LAYER_MODES, DTYPES, DTYPES))
-    for (start, end), mode, dy_dtype, cache_dtype in layer_cases:
-        error = check_layer_case(mode, dy_dtype, cache_dtype, start, end, rng)
+    layer_cases = list(itertools.product(SLICES, LAYER_KINDS, DTYPES, DTYPES))
+    for (start, end), kind, dy_dtype, cache_dtype in layer_cases:
+        error = check_layer_case(kind, dy_dtype, cache_dtype, start, end, rng)
         ok = error <= TOLERANCE[dy_dtype]
         agree += ok
-        print(f"{'ok  ' if ok else 'DIFF'} RotaryEmbedding slice [{start}, {end}) mode {mode} "
-              f"({ms_rotary.MODE_NAMES[mode]}), q/k {dy_dtype}, cache {cache_dtype}, q and k forward, q backward: "
-              f"max |device - numpy| {error:.2e}")
+        print(f"{'ok  ' if ok else 'DIFF'} RotaryEmbedding slice [{start}, {end}) {kind}, q/k {dy_dtype}, cache "
+              f"{cache_dtype}, q and k forward, q backward: max |device - numpy| {error:.2e}")
     total = len(cases) + len(layer_cases)
     print(f"ascend check: {agree}/{total} cases agree on {args.device}")
     return 0 if agree == total else 1

@@ -7,9 +7,8 @@ The kernel reads each token's cos/sin row from the cache at its position (no gat
 rotates q and k in one call; the backward is the same call transposed. Decoding passes the new tokens'
 positions; packed sequences are B = 1 with positions that restart per sequence. Every mode (M-RoPE and
 quarter mode read each lane at the position of its own channel), BSND/SBND/BNSD. CPU (the compiled kernel, or
-the numpy fallback) and Ascend (kernel/ascend's ops that gather by position: one position channel, so not
-M-RoPE or quarter mode yet); PyNative, ms.jit and GRAPH_MODE; out of place with gradients for q and k to any
-order, or in place."""
+the numpy fallback) and Ascend (kernel/ascend's ops that gather by position); PyNative, ms.jit and GRAPH_MODE;
+out of place with gradients for q and k to any order, or in place."""
 import dataclasses
 import functools
 import numbers
@@ -61,6 +60,7 @@ class _GatherCall:
     # Several positions per token: the channel each cos lane reads its position from. M-RoPE: 0 time, 1 height,
     # 2 width; quarter mode (ChatGLM-6B): 0 the token's position, 1 its block position.
     lane_channels: tuple = None
+    cache_dtype: str = "float32"  # the cos/sin cache's (the Ascend ops' lane masks follow its bytes)
 
     @property
     def channels(self):
@@ -110,18 +110,20 @@ class _GatherKernel(nn.Cell):
         # Traced, one primitive per tensor (MindSpore 2.10's CPU AOT kernels take one output): q, then k.
         single = dataclasses.replace(call, heads=1)
 
-        def infer_shape(shape, cos_shape, sin_shape, positions_shape):
+        def infer_shape(shape, cos_shape, sin_shape, positions_shape, *lane_masks_shape):
             _check(single, shape, None, positions_shape)
             return list(shape)
 
-        def infer_dtype(dtype, cos_dtype, sin_dtype, positions_dtype):
+        def infer_dtype(dtype, cos_dtype, sin_dtype, positions_dtype, *lane_masks_dtype):
             check_dtypes(dtype, cos_dtype, sin_dtype, "q")
             return dtype
 
-        if backend == "ascend":  # the op writes its first input: a clone (construct)
+        if backend == "ascend":  # the op writes its first input: a clone (construct); lane masks: a fifth input
             self.prim = AscendKernel.gathering_primitive(call.conjugate, call.rotary_mode, (call.start, call.end),
                                                          infer_shape, infer_dtype, _positions_attrs(call))
             self.clone = Clone()
+            self.lane_masks = ms.Tensor(lane_masks(call.lane_channels, call.channels, call.end - call.start,
+                                                   call.cache_dtype))
         elif backend == "aot":
             entry = library.AOT_POSITIONS_ENTRIES[call.conjugate]
             library.load()
@@ -198,14 +200,14 @@ class _GatherKernelQK(_GatherKernel):
 class _AscendGatherKernelQ(_GatherKernel):
     def construct(self, q, cos, sin, positions):
         target = self.clone(q)
-        return (ops.depend(target, self.prim(target, cos, sin, positions)),)
+        return (ops.depend(target, self.prim(target, cos, sin, positions, self.lane_masks)),)
 
 
 class _AscendGatherKernelQK(_GatherKernel):
     def construct(self, q, k, cos, sin, positions):
         q_target, k_target = self.clone(q), self.clone(k)
-        return (ops.depend(q_target, self.prim(q_target, cos, sin, positions)),
-                ops.depend(k_target, self.prim(k_target, cos, sin, positions)))
+        return (ops.depend(q_target, self.prim(q_target, cos, sin, positions, self.lane_masks)),
+                ops.depend(k_target, self.prim(k_target, cos, sin, positions, self.lane_masks)))
 
 
 class _NumpyGatherKernelQ(_GatherKernel):
@@ -222,6 +224,17 @@ def _tensor_sharing(array, dtype_name):
     """A tensor over the numpy buffer (no copy); bf16 reinterprets its uint16 bits."""
     tensor = ms.Tensor.from_numpy(array)
     return tensor.view(ms.bfloat16) if dtype_name == "bfloat16" else tensor
+
+
+def lane_masks(lane_channels, channels, length, cos_dtype_name):
+    """The Ascend gathering ops' lane_masks input, int16 [channels, length * cos bytes / 2]: per position
+    channel, the bits of the cos/sin lanes it gives set (each lane's 2 or 4 bytes), the others clear. The kernel
+    keeps each channel's cache row on its lanes and ORs them (kernel/ascend/op_kernel/rotary_kernel.h,
+    CombineChannels); with one channel it reads none."""
+    lanes = np.zeros(length, np.int64) if lane_channels is None else np.asarray(lane_channels, np.int64)
+    words = 2 if cos_dtype_name == "float32" else 1
+    given = np.repeat(lanes[None, :] == np.arange(channels)[:, None], words, axis=1)
+    return np.where(given, -1, 0).astype(np.int16)
 
 
 def _positions_attrs(call):
@@ -439,10 +452,8 @@ class RotaryEmbedding(nn.Cell):
         self.sin_cache = ms.Parameter(sin.reshape(1, positions, 1, end - start), name="sin_cache", requires_grad=False)
         device_target = routes.device_target()
         self.backend = backend = choose_backend(backend, device_target)
-        if backend == "ascend" and lane_channels is not None:
-            raise ValueError(f"{_PREFIX}: {'quarter mode' if quarter else 'M-RoPE'} reads each lane at its own "
-                             f"channel's position, which the Ascend kernel does not do yet; it runs on CPU")
-        call = _GatherCall(mode, start, end, False, 1, LAYOUT_AXES[layout], lane_channels)
+        call = _GatherCall(mode, start, end, False, 1, LAYOUT_AXES[layout], lane_channels,
+                           DTYPE_NAMES[cache_dtype])
         self.guard = _PositionsGuard(positions) if backend == "ascend" else None
         self.channels = call.channels
         self.inplace = bool(inplace)

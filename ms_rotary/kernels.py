@@ -62,8 +62,9 @@ class _WritesFirstInput(ops.Custom):
 
 
 class _WritesFirstInputGathering(_WritesFirstInput):
-    """The same for the ops that gather cos/sin rows by position: a fourth input, the positions."""
-    __mindspore_signature__ = (*_WritesFirstInput.__mindspore_signature__, sig.make_sig("positions"))
+    """The same for the ops that gather cos/sin rows by position: inputs positions and lane_masks too."""
+    __mindspore_signature__ = (*_WritesFirstInput.__mindspore_signature__, sig.make_sig("positions"),
+                               sig.make_sig("lane_masks"))
 
 
 def alias_after_write(dy, written):
@@ -78,20 +79,24 @@ def alias_after_write(dy, written):
     return ops.reshape(aliased, dy.shape)
 
 
-def reg_info(op_name, rotary_mode, partial_slice, target, output_name, positions=None):
+def reg_info(op_name, rotary_mode, partial_slice, target, output_name, positions=None, lane_masks=False):
     """CustomRegOp info of one instance: inputs dy, cos, sin (and int64 positions, for the kernels that gather
-    cos/sin rows by position: `positions` is then their list-of-int attributes) and one output, every (dy,
-    cos/sin) float dtype pair; attribute values are per instance, their names are shared by every target."""
+    cos/sin rows by position: `positions` is then their list-of-int attributes; and the Ascend ones' int16
+    lane_masks) and one output, every (dy, cos/sin) float dtype pair; attribute values are per instance, their
+    names are shared by every target."""
     slice_attr = list(partial_slice) if partial_slice is not None else SLICE_FROM_COS
     info = CustomRegOp(op_name).input(0, "dy").input(1, "cos").input(2, "sin")
     if positions is not None:
         info = info.input(3, "positions")
+    if lane_masks:
+        info = info.input(4, "lane_masks")
     info = (info.output(0, output_name)
             .attr("rotary_mode", "required", "int", value=int(rotary_mode))
             .attr("partial_slice", "required", "listInt", value=slice_attr))
     for name, value in (positions or {}).items():
         info = info.attr(name, "required", "listInt", value=list(value))
     extra = (DataType.I64_Default,) if positions is not None else ()
+    extra += (DataType.I16_Default,) if lane_masks else ()
     for dy_type, cos_type in itertools.product(FLOAT_FORMATS, FLOAT_FORMATS):
         info = info.dtype_format(dy_type, cos_type, cos_type, *extra, dy_type)
     return info.target(target).get_op_info()
@@ -254,8 +259,8 @@ class AscendKernel(RotaryKernel):
     output "dy" shares the input's name."""
 
     OP_TYPES = {False: "MsRotaryPartialRotaryMul", True: "MsRotaryPartialRotaryMulGrad"}  # by `conjugate`
-    # The twins that gather cos/sin rows by position from a cache (embedding.RotaryEmbedding): a fourth input,
-    # int64 positions [1, 1|B, S], and the attribute positions_axes.
+    # The twins that gather cos/sin rows by position from a cache (embedding.RotaryEmbedding): inputs int64
+    # positions [channels, 1|B, S] and int16 lane_masks (embedding.lane_masks), the attribute positions_axes.
     GATHER_OP_TYPES = {False: "MsRotaryPartialRotaryMulPositions", True: "MsRotaryPartialRotaryMulPositionsGrad"}
     # The kernel's dtype ids (kernel/common/rotary_rules.h, DType): the tiling key's and the host runner's.
     DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
@@ -279,7 +284,7 @@ class AscendKernel(RotaryKernel):
         op_type = cls.GATHER_OP_TYPES[conjugate]
         return _WritesFirstInputGathering(op_type, infer_shape, infer_dtype, func_type="aot",
                                           reg_info=reg_info(op_type, rotary_mode, partial_slice, "Ascend", "dy",
-                                                            positions=attrs))
+                                                            positions=attrs, lane_masks=True))
 
 
 KERNELS = {"aot": CpuKernel, "pyfunc": NumpyKernel, "ascend": AscendKernel}

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 
+from benchmarks.ascend_model import RUNNER_SOURCES
 from ms_rotary import kernel_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,8 +64,7 @@ def _recipes():
             os.path.join(ROOT, "tests", "kernel_memcheck.cc"), os.path.join(ROOT, "kernel", "cpu", "rotary_kernel.cc"),
             "-o", out], out)
     ascend_programs = {
-        "ascend kernel runner": (["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp",
-                                  "host_shim/kernel_entries.cpp"], ["host_shim", "op_host"]),
+        "ascend kernel runner": (RUNNER_SOURCES, ["host_shim", "op_host"]),
         "ascend tiling tests": (["tests/test_tiling.cpp", "op_host/rotary_tiling.cpp"], ["op_host"]),
     }
     for name, (sources, includes) in ascend_programs.items():

@@ -16,6 +16,7 @@ from reference import rotary_forward, rotary_grad
 
 from benchmarks.ascend_model import CHIPS
 from ms_rotary import numpy_kernel
+from ms_rotary.embedding import lane_masks, mrope_lane_channels
 from ms_rotary.kernels import AscendKernel
 
 DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
@@ -58,33 +59,41 @@ def _from_bits(raw, dtype, shape):
     return bits.view(np.float32).reshape(shape).astype(np.float64)
 
 
-NO_GATHER = (0, 1, 0, 1)  # the runner header's gathers, positions_batch, batch_axis, seq_axis: cos broadcasts
+NO_GATHER = (0, 1, 0, 1)  # the runner header's channels, positions_batch, batch_axis, seq_axis: cos broadcasts
 
 
-def gathered(cache, positions, axes):
-    """The cos/sin table a call that gathers by position reads: cache [1, P, 1, L] rows at positions [1|B, S],
-    shaped to broadcast over dy in the layout whose (B, S) axes are `axes`."""
-    table = cache[0, :, 0][positions]  # [1|B, S, L]
+def gathered(cache, positions, axes, lane_channels):
+    """The cos/sin table a call that gathers by position reads: lane l of token (b, s) from the cache [1, P, 1, L]
+    row at positions[lane_channels[l], b, s] (positions [channels, 1|B, S]), shaped to broadcast over dy in the
+    layout whose (B, S) axes are `axes`."""
+    rows = cache[0, :, 0][positions]  # [channels, 1|B, S, L]
+    table = np.take_along_axis(rows, np.asarray(lane_channels).reshape(1, 1, 1, -1), 0)[0]  # [1|B, S, L]
     return {(0, 1): table[:, :, None], (1, 0): table.transpose(1, 0, 2)[:, :, None], (0, 2): table[:, None]}[axes]
 
 
 def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end,
-                cores=8, ub_bytes=UB_BYTES, seed=0, arch=2201, positions=None, axes=(0, 1)):
-    """One launch on the host, checked. With `positions` (int [1|B, S]): the ops that gather cos/sin rows by
-    position, cos_shape_ the cache [1, P, 1, L], axes dy's (B, S) axes."""
+                cores=8, ub_bytes=UB_BYTES, seed=0, arch=2201, positions=None, axes=(0, 1), lane_channels=None):
+    """One launch on the host, checked. With `positions` (int [1|B, S], or [channels, 1|B, S] with the channel
+    of each cos lane in lane_channels): the ops that gather cos/sin rows by position, cos_shape_ the cache
+    [1, P, 1, L], axes dy's (B, S) axes."""
     rng = np.random.default_rng(seed)
     dy_raw, dy64 = _to_bits(rng.uniform(-1, 1, dy_shape).astype(np.float32), dy_dtype)
     cos_raw, cos64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
     sin_raw, sin64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
-    gather = NO_GATHER if positions is None else (1, len(positions), *axes)
+    gather, gather_raw = NO_GATHER, b""
+    if positions is not None:
+        positions = np.asarray(positions).reshape(-1, *np.shape(positions)[-2:])  # [channels, 1|B, S]
+        lane_channels = np.zeros(end - start, np.int64) if lane_channels is None else np.asarray(lane_channels)
+        gather = (len(positions), positions.shape[1], *axes)
+        masks = lane_masks(lane_channels, len(positions), end - start, cos_dtype)
+        gather_raw = np.ascontiguousarray(positions, np.int64).tobytes() + masks.tobytes()
     header = np.array([int(conjugate), mode, DTYPE_IDS[dy_dtype], DTYPE_IDS[cos_dtype], *dy_shape, *cos_shape_,
                        start, end, cores, ub_bytes, arch, *gather], np.int64)
     source, target, counts = tmp_path / "in.bin", tmp_path / "out.bin", tmp_path / "counts.json"
-    positions_raw = b"" if positions is None else np.ascontiguousarray(positions, np.int64).tobytes()
-    source.write_bytes(header.tobytes() + dy_raw + cos_raw + sin_raw + positions_raw)
+    source.write_bytes(header.tobytes() + dy_raw + cos_raw + sin_raw + gather_raw)
     if positions is not None:  # what the kernel reads, in range (the kernel clamps the others)
         rows = np.clip(positions, 0, cos_shape_[1] - 1)
-        cos64, sin64 = gathered(cos64, rows, axes), gathered(sin64, rows, axes)
+        cos64, sin64 = gathered(cos64, rows, axes, lane_channels), gathered(sin64, rows, axes, lane_channels)
     result = subprocess.run([runner, str(source), str(target), str(counts)], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -325,6 +334,36 @@ def test_gathering_every_mode_and_dtype(kernel_runner, tmp_path, mode, conjugate
     positions = np.array([[4, 5, 6, 30], [0, 31, 12, 12]])
     run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, (2, 4, 3, 80), (1, 32, 1, 64), 8,
                 72, 3, seed=mode, arch=arch, positions=positions)
+
+
+# Several positions per token: each cos/sin lane from the row of its own channel's position. name: (mode, dy
+# dtype, cos dtype, dy shape, cache rows, slice, lane channels, positions [channels, 1|B, S], cores, UB bytes)
+CHANNEL_CASES = {
+    "M-RoPE sections (Qwen2-VL)": (0, "bfloat16", "float32", (1, 6, 4, 128), 32, (0, 128),
+                                   mrope_lane_channels(0, 128, (16, 24, 24), False),
+                                   [[[0, 1, 2, 3, 4, 5]], [[0, 1, 1, 2, 2, 9]], [[0, 3, 4, 3, 4, 9]]], 3, UB_BYTES),
+    "M-RoPE interleaved (Qwen3-VL)": (0, "float16", "float16", (2, 5, 2, 128), 40, (0, 128),
+                                      mrope_lane_channels(0, 128, (24, 20, 20), True),
+                                      [[[5, 6, 7, 8, 9], [0, 1, 2, 3, 4]], [[5, 6, 6, 7, 39], [0, 1, 1, 2, 2]],
+                                       [[5, 7, 8, 7, 8], [0, 0, 1, 2, 3]]], 4, UB_BYTES),
+    "quarter mode: token and block positions": (2, "float32", "bfloat16", (2, 7, 3, 64), 16, (0, 64),
+                                                (0,) * 32 + (1,) * 32,
+                                                [[list(range(7))], [[0, 0, 0, 1, 2, 3, 4]]], 5, UB_BYTES),
+    "random lane channels, many blocks": (3, "bfloat16", "bfloat16", (2, 40, 4, 192), 64, (64, 192),
+                                          tuple(np.random.default_rng(5).integers(3, size=128)),
+                                          np.random.default_rng(6).integers(64, size=(3, 2, 40)), 2, 12 * 1024),
+}
+
+
+@pytest.mark.parametrize("arch", [2201, 3510], ids=["910B", "950"])
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("name", CHANNEL_CASES)
+def test_kernels_gather_each_lane_at_its_channels_position(kernel_runner, tmp_path, name, conjugate, arch):
+    mode, dy_dtype, cos_dtype, dy_shape, cache, (start, end), lanes, positions, cores, ub = CHANNEL_CASES[name]
+    counts = run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape,
+                         (1, cache, 1, end - start), start, end, cores, ub, seed=mode, arch=arch,
+                         positions=np.array(positions), lane_channels=lanes)
+    assert not register_path_ran(counts)  # several channels: the memory kernel, on the 950 too
 
 
 def test_gathering_prefill_copies_cos_as_a_table_would(kernel_runner, tmp_path):

@@ -57,18 +57,20 @@ def test_an_ascend_device_selects_the_ascend_kernel():
 
 def test_ascend_registration_matches_the_op_definition():
     """Both op families: the ops on cos/sin tables, and their twins that gather cos/sin rows by position, whose
-    OpDef adds what sits under `if (gathers)` (the positions input, the positions_axes attribute)."""
+    OpDef adds what sits under `if (gathers)` (inputs positions and lane_masks, the positions_axes attribute)."""
     source = open(OP_DEF).read()
     inputs = re.findall(r'Input\("(\w+)"\)', source)
     outputs = re.findall(r'Output\("(\w+)"\)', source)
     attrs = re.findall(r'Attr\("(\w+)"\)', source)
-    gather_only = {name for _, name in re.findall(r'if \(gathers\)[^;]*?(Input|Attr)\("(\w+)"\)', source)}
-    assert gather_only == {"positions", "positions_axes"}
+    gathering = re.findall(r"if \(gathers\) (\{.*?\}|[^;]*;)", source, re.S)
+    gather_only = {name for block in gathering for name in re.findall(r'(?:Input|Attr)\("(\w+)"\)', block)}
+    assert gather_only == {"positions", "lane_masks", "positions_axes"}
     families = ((AscendKernel.OP_TYPES, None), (AscendKernel.GATHER_OP_TYPES, {"positions_axes": [0, 1]}))
     for op_types, positions in families:
         for op_name in op_types.values():
             assert f"OP_ADD({op_name})" in source
-            info = reg_info(op_name, 3, [128, 192], "Ascend", "dy", positions=positions)
+            info = reg_info(op_name, 3, [128, 192], "Ascend", "dy", positions=positions,
+                            lane_masks=positions is not None)
             info = json.loads(info) if isinstance(info, str) else info
             keep = (lambda name: True) if positions else (lambda name: name not in gather_only)
             assert [i["name"] for i in info["inputs"]] == [name for name in inputs if keep(name)]

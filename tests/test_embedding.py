@@ -275,18 +275,29 @@ def ascend_device(monkeypatch):
     monkeypatch.setattr(ms_rotary.routes, "device_target", lambda: "Ascend")
 
 
-def test_on_ascend_the_layer_uses_the_gathering_ops_and_refuses_per_lane_channels(ascend_device):
-    layer = _layer("half", backend=None)
+@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kwargs", [{}, dict(mrope_section=(4, 6, 6)),
+                                    dict(mrope_section=(6, 5, 5), mrope_interleaved=True), dict(rotary_mode="quarter")],
+                         ids=["one channel", "M-RoPE", "interleaved", "quarter"])
+def test_on_ascend_the_layer_uses_the_gathering_ops_with_lane_masks(ascend_device, kwargs, cache_dtype):
+    """The ops kernel/ascend defines, and the lane masks that tell the kernel which position channel gives each
+    cos/sin lane: the bits of exactly that lane's channel set (2 words a lane for an fp32 cache)."""
+    arguments = dict(head_dim=D, partial_slice=SLICE, rotary_mode="half", cache_positions=CACHE,
+                     cache_dtype=DTYPES[cache_dtype])
+    arguments.update(kwargs)
+    layer = RotaryEmbedding(**arguments)
     assert layer.backend == "ascend" and layer.guard is not None
     for rotate, op_type in ((layer.rotate_q, "MsRotaryPartialRotaryMulPositions"),
-                            (layer.rotate_q.transpose, "MsRotaryPartialRotaryMulPositionsGrad")):
+                            (layer.rotate_q.transpose, "MsRotaryPartialRotaryMulPositionsGrad"),
+                            (layer.rotate_qk, "MsRotaryPartialRotaryMulPositions")):
         assert rotate.kernel.prim.func == op_type
-    for kwargs, match in ((dict(mrope_section=(4, 6, 6)), "M-RoPE reads each lane"),
-                          (dict(rotary_mode="quarter"), "quarter mode reads each lane")):
-        arguments = dict(head_dim=D, partial_slice=SLICE, rotary_mode="half", cache_positions=CACHE)
-        arguments.update(kwargs)
-        with pytest.raises(ValueError, match=match + ".* the Ascend kernel does not do yet"):
-            RotaryEmbedding(**arguments)
+    call = layer.rotate_q.call
+    masks = layer.rotate_q.kernel.lane_masks.asnumpy()
+    words = 2 if cache_dtype == "float32" else 1
+    assert masks.shape == (layer.channels, (SLICE[1] - SLICE[0]) * words) and set(np.unique(masks)) <= {0, -1}
+    lanes = np.zeros(SLICE[1] - SLICE[0]) if call.lane_channels is None else np.array(call.lane_channels)
+    np.testing.assert_array_equal(np.argmax(masks != 0, axis=0), np.repeat(lanes, words))
+    np.testing.assert_array_equal((masks != 0).sum(axis=0), 1)
 
 
 @pytest.mark.parametrize("bad", [-1, CACHE])

@@ -76,9 +76,10 @@ constexpr int64_t kRegisterPathKeys = 72;
 // for mode 2, whose rows hold two segments of a and b groups).
 constexpr int64_t register_segment_pairs(int64_t mode, int64_t len) { return mode == 2 ? len / 4 : len / 2; }
 
-// Ascend 950: whether the register path takes a slice. A segment of 16 or 32 pairs fills whole registers
-// with several rows, a multiple of 64 with whole registers per row; both keep every register load 32-byte
-// aligned in every dtype. Other slices take the memory-based path, which the 950 also runs.
+// Ascend 950: whether the register path takes a slice (of a call whose cos/sin lanes come from one row). A
+// segment of 16 or 32 pairs fills whole registers with several rows, a multiple of 64 with whole registers per
+// row; both keep every register load 32-byte aligned in every dtype. Other slices take the memory-based path,
+// which the 950 also runs.
 constexpr bool fits_register_path(int64_t mode, int64_t len) {
   const int64_t pairs = register_segment_pairs(mode, len);
   return pairs == 16 || pairs == 32 || (pairs > 0 && pairs % 64 == 0);
@@ -104,7 +105,7 @@ constexpr int64_t register_cos_slot(int64_t mode, int64_t len) {
   X(cos_b_stride, cosBStride) X(cos_s_stride, cosSStride) X(cos_n_stride, cosNStride)       \
   X(used_cores, usedCores) X(rows_per_core, rowsPerCore) X(big_cores, bigCores)             \
   X(rows_per_loop, rowsPerLoop) X(cos_rows_per_loop, cosRowsPerLoop) X(pitch, pitch)         \
-  X(cache_rows, cacheRows)
+  X(cache_rows, cacheRows) X(channels, channels) X(channel_stride, channelStride)
 
 // Ascend: the most blocks one strided DataCopyPad moves (DataCopyExtParams::blockCount): rows per block of
 // the tiling, cos rows per copy of the kernel.

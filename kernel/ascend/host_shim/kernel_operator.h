@@ -419,6 +419,8 @@ void Cast(const LocalTensor<D> &dst, const LocalTensor<S> &src, RoundMode mode, 
 MS_ROTARY_SHIM_BINARY(Mul, *)
 MS_ROTARY_SHIM_BINARY(Add, +)
 MS_ROTARY_SHIM_BINARY(Sub, -)
+MS_ROTARY_SHIM_BINARY(And, &)
+MS_ROTARY_SHIM_BINARY(Or, |)
 #undef MS_ROTARY_SHIM_BINARY
 
 #define MS_ROTARY_SHIM_SCALAR(name, expr)                                                                \
@@ -456,24 +458,29 @@ void CreateVecIndex(const LocalTensor<T> &dst, const T &first, uint32_t n) {
 // Repeat form, continuous mask, block stride 1: repeat r computes the first `mask` elements at
 // dst + r * dstRepStride blocks from src0 + r * src0RepStride and src1 + r * src1RepStride blocks
 // (src1RepStride 0 applies one row to every repeat).
-template <typename T>
-void Mul(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, uint64_t mask, uint8_t repeats,
-         const BinaryRepeatParams &p) {
-  constexpr int64_t kPerBlock = 32 / sizeof(T);
-  shim::check(mask >= 1 && mask <= 8 * kPerBlock, "Mul mask out of range");
-  shim::check(p.dstBlkStride == 1 && p.src0BlkStride == 1 && p.src1BlkStride == 1, "shim: block stride must be 1");
-  auto extent = [&](int64_t rep) { return repeats == 0 ? 0 : (repeats - 1) * rep * kPerBlock + int64_t(mask); };
-  check_dst(dst, extent(p.dstRepStride));
-  check_operand(dst, a, extent(p.src0RepStride));
-  check_aligned(b);
-  shim::check(extent(p.src1RepStride) <= b.size(), "Mul src1 out of range");
-  for (int64_t r = 0; r < repeats; ++r) {
-    T *d = dst.data() + r * p.dstRepStride * kPerBlock;
-    const T *x = a.data() + r * p.src0RepStride * kPerBlock, *y = b.data() + r * p.src1RepStride * kPerBlock;
-    for (uint64_t i = 0; i < mask; ++i) d[i] = x[i] * y[i];
+#define MS_ROTARY_SHIM_BINARY_REPEAT(name, op)                                                                \
+  template <typename T>                                                                                       \
+  void name(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, uint64_t mask,      \
+            uint8_t repeats, const BinaryRepeatParams &p) {                                                   \
+    constexpr int64_t kPerBlock = 32 / sizeof(T);                                                             \
+    shim::check(mask >= 1 && mask <= 8 * kPerBlock, #name " mask out of range");                             \
+    shim::check(p.dstBlkStride == 1 && p.src0BlkStride == 1 && p.src1BlkStride == 1,                        \
+                "shim: block stride must be 1");                                                              \
+    auto extent = [&](int64_t rep) { return repeats == 0 ? 0 : (repeats - 1) * rep * kPerBlock + int64_t(mask); }; \
+    check_dst(dst, extent(p.dstRepStride));                                                                   \
+    check_operand(dst, a, extent(p.src0RepStride));                                                           \
+    check_aligned(b);                                                                                         \
+    shim::check(extent(p.src1RepStride) <= b.size(), #name " src1 out of range");                            \
+    for (int64_t r = 0; r < repeats; ++r) {                                                                   \
+      T *d = dst.data() + r * p.dstRepStride * kPerBlock;                                                     \
+      const T *x = a.data() + r * p.src0RepStride * kPerBlock, *y = b.data() + r * p.src1RepStride * kPerBlock; \
+      for (uint64_t i = 0; i < mask; ++i) d[i] = x[i] op y[i];                                                \
+    }                                                                                                         \
+    count_vector(#name, static_cast<int64_t>(mask) * repeats, sizeof(T), repeats);                            \
   }
-  count_vector("Mul", static_cast<int64_t>(mask) * repeats, sizeof(T), repeats);
-}
+MS_ROTARY_SHIM_BINARY_REPEAT(Mul, *)
+MS_ROTARY_SHIM_BINARY_REPEAT(And, &)
+#undef MS_ROTARY_SHIM_BINARY_REPEAT
 
 // dst[i] = the element at byte offset base + offsets[i] of src; src and dst must not share memory.
 template <typename T>

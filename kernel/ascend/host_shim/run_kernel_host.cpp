@@ -1,11 +1,12 @@
 // Runs the Ascend kernel sources on the host through the shim, block after block, as a vector-core
 // launch would. Usage: run_kernel_host IN OUT [COUNTS], where IN holds a header of int64 values
 //   conjugate mode dy_dtype cos_dtype dy[4] cos[4] start end core_num ub_bytes npu_arch
-//   gathers positions_batch batch_axis seq_axis
+//   channels positions_batch batch_axis seq_axis
 // (npu_arch 3510: an Ascend 950, whose tiling picks the register-based kernel where the slice fits it;
-// gathers 1: the ops that gather cos/sin rows by position, cos the cache [1, P, 1, L], one channel of
-// positions_batch x S positions) then dy, cos, sin bytes and the int64 positions when gathering (or nothing:
-// zeros, to count a large launch cheaply); OUT receives dy after the call; COUNTS (JSON) what each core did.
+// channels 1-3: the ops that gather cos/sin rows by position, cos the cache [1, P, 1, L], positions
+// [channels, positions_batch, S]; 0: cos broadcast over dy) then dy, cos, sin bytes, and when gathering the
+// int64 positions and the int16 lane masks [channels, L * cos bytes / 2] (or nothing: zeros, to count a large
+// launch cheaply); OUT receives dy after the call; COUNTS (JSON) what each core did.
 // Exit 2: the tiling refused the problem.
 #include <cstdio>
 #include <cstring>
@@ -59,9 +60,10 @@ void write_counts(const char *path, const ms_rotary_ascend::RotaryTiling &t) {
 
 extern "C" void ms_rotary_partial_rotary_mul(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
 extern "C" void ms_rotary_partial_rotary_mul_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
-extern "C" void ms_rotary_partial_rotary_mul_positions(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
+extern "C" void ms_rotary_partial_rotary_mul_positions(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
+                                                       GM_ADDR);
 extern "C" void ms_rotary_partial_rotary_mul_positions_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
-                                                            GM_ADDR);
+                                                            GM_ADDR, GM_ADDR);
 
 int main(int argc, char **argv) {
   if (argc != 3 && argc != 4) return 1;
@@ -85,6 +87,7 @@ int main(int argc, char **argv) {
   shim::ub_limit = h[15];
   shape.arch35 = h[16] == 3510;
   shape.gathers = h[17] != 0;
+  shape.positions.channels = h[17];
   shape.positions.batch = h[18];
   shape.positions.batch_axis = h[19];
   shape.positions.seq_axis = h[20];
@@ -97,19 +100,25 @@ int main(int argc, char **argv) {
       shape.dy[0] * shape.dy[1] * shape.dy[2] * shape.dy[3] * ms_rotary::dtype_bytes(shape.dy_dtype_id);
   const int64_t cos_bytes =
       shape.cos[0] * shape.cos[1] * shape.cos[2] * shape.cos[3] * ms_rotary::dtype_bytes(shape.cos_dtype_id);
-  const int64_t positions_count = shape.gathers ? shape.positions.batch * shape.positions.seq : 0;
+  const int64_t positions_count = shape.gathers ? shape.positions.channels * shape.positions.batch *
+                                                      shape.positions.seq : 0;
+  const int64_t masks_bytes = shape.gathers ? shape.positions.channels * (shape.end - shape.start) *
+                                                  ms_rotary::dtype_bytes(shape.cos_dtype_id) : 0;
   // Separate exact-size copies, so AddressSanitizer catches any access outside each tensor.
   const bool zeros = bytes.size() == kHeader * sizeof(int64_t);
-  const int64_t payload_bytes = dy_bytes + 2 * cos_bytes + positions_count * 8;
+  const int64_t payload_bytes = dy_bytes + 2 * cos_bytes + positions_count * 8 + masks_bytes;
   if (!zeros && static_cast<int64_t>(bytes.size()) != kHeader * 8 + payload_bytes) return 1;
   const char *payload = bytes.data() + kHeader * sizeof(int64_t);
   std::vector<uint8_t> dy(dy_bytes), cos(cos_bytes), sin(cos_bytes);
   std::vector<int64_t> positions(positions_count);
+  std::vector<uint8_t> masks(masks_bytes);
   if (!zeros) {
     std::memcpy(dy.data(), payload, dy_bytes);
     std::memcpy(cos.data(), payload + dy_bytes, cos_bytes);
     std::memcpy(sin.data(), payload + dy_bytes + cos_bytes, cos_bytes);
-    if (positions_count > 0) std::memcpy(positions.data(), payload + dy_bytes + 2 * cos_bytes, positions_count * 8);
+    const char *gather_payload = payload + dy_bytes + 2 * cos_bytes;
+    if (positions_count > 0) std::memcpy(positions.data(), gather_payload, positions_count * 8);
+    if (masks_bytes > 0) std::memcpy(masks.data(), gather_payload + positions_count * 8, masks_bytes);
   }
   optiling::PartialRotaryTilingData data{};
 #define MS_ROTARY_COPY_FIELD(tiling_field, data_field) data.data_field = t.tiling_field;
@@ -123,8 +132,8 @@ int main(int argc, char **argv) {
   const int64_t launched = t.used_cores > 0 ? t.used_cores : 1;
   for (shim::block_idx = 0; shim::block_idx < launched; ++shim::block_idx) {
     if (shape.gathers) {
-      gather_entry(dy.data(), cos.data(), sin.data(), reinterpret_cast<GM_ADDR>(positions.data()), dy.data(),
-                   nullptr, tiling);
+      gather_entry(dy.data(), cos.data(), sin.data(), reinterpret_cast<GM_ADDR>(positions.data()), masks.data(),
+                   dy.data(), nullptr, tiling);
     } else {
       entry(dy.data(), cos.data(), sin.data(), dy.data(), nullptr, tiling);
     }

@@ -1,6 +1,7 @@
 // OpDef, infer-shape and tiling of MsRotaryPartialRotaryMul and MsRotaryPartialRotaryMulGrad, and of their twins
-// that gather cos/sin rows by position (...Positions, ...PositionsGrad: cos/sin a cache [1, P, 1, L], an int64
-// input positions [1, 1|B, S]), for CANN's custom op compiler (built by kernel/ascend/build.sh; needs CANN).
+// that gather cos/sin rows by position (...Positions, ...PositionsGrad: cos/sin a cache [1, P, 1, L], inputs
+// positions int64 [channels, 1|B, S] and lane_masks int16 [channels, L * cos bytes / 2], which lanes each
+// channel gives), for CANN's custom op compiler (built by kernel/ascend/build.sh; needs CANN).
 // dy is both input and output: the op writes the rotated slice back into it. The tiling arithmetic lives in
 // rotary_tiling.cpp, tested on the host.
 #include <cstring>
@@ -44,7 +45,7 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate, bool 
   shape.end = ms_rotary::slice_end(bounds[0], bounds[1], shape.cos);
   shape.conjugate = conjugate;
   shape.gathers = gathers;
-  if (gathers) {  // positions [channels, 1|B, S]; attribute 2: dy's (B, S) axes
+  if (gathers) {  // positions [channels, 1|B, S], lane masks; attribute 2: dy's (B, S) axes
     const gert::Shape positions = context->GetInputShape(3)->GetStorageShape();
     const auto *axes = attrs->GetAttrPointer<gert::ContinuousVector>(2);
     if (positions.GetDimNum() != 3 || axes->GetSize() != 2) return ge::GRAPH_FAILED;
@@ -53,6 +54,11 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate, bool 
     shape.positions.batch = positions.GetDim(1);
     shape.positions.seq = positions.GetDim(2);
     shape.positions.batch_axis = axis[0], shape.positions.seq_axis = axis[1];
+    const gert::Shape masks = context->GetInputShape(4)->GetStorageShape();  // the kernel reads all of it
+    const int64_t mask_bytes = (shape.end - shape.start) * ms_rotary::dtype_bytes(shape.cos_dtype_id);
+    if (masks.GetDimNum() != 2 || masks.GetDim(0) != positions.GetDim(0) || masks.GetDim(1) * 2 != mask_bytes) {
+      return ge::GRAPH_FAILED;
+    }
   }
 
   auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
@@ -114,12 +120,15 @@ namespace ops {
 #define MS_ROTARY_POSITIONS_TYPES                                                                    \
   {ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64, ge::DT_INT64,    \
    ge::DT_INT64, ge::DT_INT64}
+#define MS_ROTARY_LANE_MASK_TYPES                                                                    \
+  {ge::DT_INT16, ge::DT_INT16, ge::DT_INT16, ge::DT_INT16, ge::DT_INT16, ge::DT_INT16, ge::DT_INT16,    \
+   ge::DT_INT16, ge::DT_INT16}
 #define MS_ROTARY_FORMATS {ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, \
                            ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND}
 
 // The tiling function's type is not named: CANN 8 calls it gert::OpImplRegisterV2::TilingKernelFunc, the
 // public metadef (2023) gert::OpImplKernelRegistry::TilingKernelFunc; SetTiling takes it either way.
-// gathers: the input positions and the attribute positions_axes after the others.
+// gathers: the inputs positions and lane_masks, and the attribute positions_axes, after the others.
 template <typename Self, typename TilingFunction>
 void DefineRotaryOp(Self &op, TilingFunction tiling, bool gathers = false) {
   op.Input("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
@@ -127,6 +136,7 @@ void DefineRotaryOp(Self &op, TilingFunction tiling, bool gathers = false) {
   op.Input("sin").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
   if (gathers) {
     op.Input("positions").ParamType(REQUIRED).DataType(MS_ROTARY_POSITIONS_TYPES).Format(MS_ROTARY_FORMATS);
+    op.Input("lane_masks").ParamType(REQUIRED).DataType(MS_ROTARY_LANE_MASK_TYPES).Format(MS_ROTARY_FORMATS);
   }
   op.Output("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
   op.Attr("rotary_mode").Int(1);

@@ -25,6 +25,8 @@ TILING_DATA_FIELD_DEF(int64_t, rowsPerLoop);
 TILING_DATA_FIELD_DEF(int64_t, cosRowsPerLoop);
 TILING_DATA_FIELD_DEF(int64_t, pitch);
 TILING_DATA_FIELD_DEF(int64_t, cacheRows);
+TILING_DATA_FIELD_DEF(int64_t, channels);
+TILING_DATA_FIELD_DEF(int64_t, channelStride);
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMul, PartialRotaryTilingData)

@@ -30,8 +30,10 @@ int64_t ub_bytes_for_block(const RotaryShape &shape, const RotaryTiling &t, int6
   // fp32 unless groups swap (then it is converted into the second work row)
   const int64_t f32_rows = 2 + (swaps ? 0 : 1) + (shape.rotary_mode == 3 ? 1 : 0) + (dy_bytes == 4 || swaps ? 0 : 1);
   const int64_t f32_cos_rows = cos_bytes == 4 ? 1 : 2;
+  const int64_t lane_masks = t.channels > 1 ? t.channels * t.pitch * cos_bytes : 0;
   return 2 * 2 * rows * t.pitch * dy_bytes                     // dy in and out, two buffers each
-         + 2 * 2 * cos_rows * t.pitch * cos_bytes              // cos and sin in, two buffers
+         + 2 * 2 * t.channels * cos_rows * t.pitch * cos_bytes  // cos and sin in, each channel's, two buffers
+         + lane_masks                                          // which lanes each channel gives
          + f32_rows * rows * t.pitch * 4                       // fp32 work rows and gather tables
          + f32_cos_rows * cos_rows * t.pitch * 4               // fp32 cos (16-bit inputs) and signed sin
          + 6 * t.pitch * 4;                                    // the sign row, scratch for the tables
@@ -49,7 +51,6 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
                     : ms_rotary::check_shapes(shape.dy, shape.cos, shape.cos, dy_bytes, cos_bytes, shape.rotary_mode,
                                               shape.start, shape.end);
   if (status != ms_rotary::kOk) return status;
-  if (shape.gathers && shape.positions.channels != 1) return ms_rotary::kBadPositions;  // per-lane: not built
   const int64_t head_dim = shape.dy[3];
   const int64_t len = shape.end - shape.start;
 
@@ -64,8 +65,12 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   const ms_rotary::CosStrides strides =
       shape.gathers ? ms_rotary::positions_strides(shape.positions) : ms_rotary::cos_row_strides(shape.cos);
   t.cache_rows = shape.gathers ? shape.cos[1] : 0;
+  t.channels = shape.gathers ? shape.positions.channels : 1;
+  t.channel_stride = shape.gathers ? shape.positions.batch * shape.positions.seq : 0;
   t.cos_b_stride = strides.b, t.cos_s_stride = strides.s, t.cos_n_stride = strides.n;
-  const bool register_path = shape.arch35 && ms_rotary::fits_register_path(shape.rotary_mode, len);
+  // several channels combine their rows' lanes first (op_kernel/rotary_kernel.h): the memory kernel's job
+  const bool register_path = shape.arch35 && ms_rotary::fits_register_path(shape.rotary_mode, len) &&
+                             t.channels == 1;
   t.tiling_key = (register_path ? ms_rotary::kRegisterPathKeys : 0) +
                  ms_rotary::tiling_key(shape.rotary_mode, shape.conjugate ? 1 : 0, shape.dy_dtype_id,
                                        shape.cos_dtype_id);

@@ -1,7 +1,8 @@
 // Ascend C kernel of partial rotary, forward and backward, all modes and dtypes, on vector cores.
 // Each core takes a contiguous range of the B*S*N rows, in blocks of rowsPerLoop rows. Per block:
 //   copy-in (MTE2): the block's slices of dy with one strided copy; the distinct cos/sin rows it reads,
-//     one copy per run of consecutive rows (rows sharing a cos row, e.g. heads under [1, S, 1, L], load it once);
+//     one copy per run of consecutive rows (rows sharing a cos row, e.g. heads under [1, S, 1, L], load it once;
+//     gathering by position with several channels: each channel's rows, whose lanes the compute combines);
 //   compute (vector), one instruction per step over the whole block, in fp32, with pitch-strided rows:
 //     forward   y = same(x) * cos + partner(x) * (sign * sin)     lanes in the y layout
 //     backward  x = same(dy * cos) + partner(dy * sign * sin)      lanes in the x layout
@@ -39,7 +40,8 @@ class PartialRotaryKernel {
   static constexpr bool kReorders = kXLayout != kYLayout;  // interleave-half: `same` is a gather too
   static constexpr bool kDyFloat = sizeof(TDy) == sizeof(float), kCosFloat = sizeof(TCos) == sizeof(float);
 
-  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
+  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, GM_ADDR positions, GM_ADDR laneMasks,
+                              const Tiling &t) {
     tiling_ = t;
     len_ = t.len;
     pitch_ = t.pitch;
@@ -47,10 +49,13 @@ class PartialRotaryKernel {
     dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TDy *>(dy));
     cosGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(cos));
     sinGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(sin));
+    positionsGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t *>(positions));
     const int64_t block = t.rowsPerLoop * pitch_, cosBlock = t.cosRowsPerLoop * pitch_;
+    sinAt_ = t.channels * cosBlock;
     pipe_.InitBuffer(inQueue_, 2, block * sizeof(TDy));
     pipe_.InitBuffer(outQueue_, 2, block * sizeof(TDy));
-    pipe_.InitBuffer(cosQueue_, 2, 2 * cosBlock * sizeof(TCos));  // cos rows, then sin rows
+    pipe_.InitBuffer(cosQueue_, 2, 2 * sinAt_ * sizeof(TCos));  // cos rows, then sin rows: each channel's
+    if (t.channels > 1) LoadLaneMasks(laneMasks);
     pipe_.InitBuffer(work1Buf_, block * sizeof(float));
     pipe_.InitBuffer(work2Buf_, block * sizeof(float));
     if (!swap_) pipe_.InitBuffer(partnerBuf_, block * sizeof(uint32_t));
@@ -181,6 +186,20 @@ class PartialRotaryKernel {
     }
   }
 
+  // Several position channels: which lanes each channel's row gives, as one row of bits per channel (all ones
+  // on its lanes, zeros elsewhere), copied in once and kept for the launch.
+  __aicore__ inline void LoadLaneMasks(GM_ADDR laneMasks) {
+    GlobalTensor<uint16_t> masksGm;
+    masksGm.SetGlobalBuffer(reinterpret_cast<__gm__ uint16_t *>(laneMasks));
+    pipe_.InitBuffer(maskQueue_, 1, tiling_.channels * pitch_ * sizeof(TCos));
+    LocalTensor<uint16_t> masks = maskQueue_.template AllocTensor<uint16_t>();
+    const DataCopyExtParams copy{static_cast<uint16_t>(tiling_.channels), static_cast<uint32_t>(len_ * sizeof(TCos)),
+                                 0, RowGapBlocks<TCos>(), 0};
+    DataCopyPad(masks, masksGm, copy, DataCopyPadExtParams<uint16_t>{});
+    maskQueue_.EnQue(masks);
+    laneMasks_ = maskQueue_.template DeQue<uint16_t>();  // waits for the copy
+  }
+
   // ---- per block ----
 
   // 32-byte blocks between rows of a strided copy: rows of len_ elements laid pitch_ elements apart in UB.
@@ -194,7 +213,7 @@ class PartialRotaryKernel {
     const DataCopyExtParams copy{static_cast<uint16_t>(count), static_cast<uint32_t>(len_ * sizeof(TCos)), 0,
                                  RowGapBlocks<TCos>(), 0};
     DataCopyPad(rows[slot * pitch_], cosGm_[cosRow * len_], copy, DataCopyPadExtParams<TCos>{});
-    DataCopyPad(rows[(tiling_.cosRowsPerLoop + slot) * pitch_], sinGm_[cosRow * len_], copy,
+    DataCopyPad(rows[sinAt_ + slot * pitch_], sinGm_[cosRow * len_], copy,
                 DataCopyPadExtParams<TCos>{});
   }
 
@@ -208,10 +227,17 @@ class PartialRotaryKernel {
     inQueue_.EnQue(slices);
 
     LocalTensor<TCos> cosRows = cosQueue_.template AllocTensor<TCos>();
-    CosRuns runs(tiling_, positionsGm_, row0, rows);
-    for (int64_t slot, cosRow, count; runs.Next(slot, cosRow, count);) CopyCosRows(cosRows, slot, cosRow, count);
+    int64_t slots = 0;
+    for (int64_t c = 0; c < tiling_.channels; ++c) {  // channel c's rows into the slots of its region
+      const GlobalTensor<int64_t> channelPositions = positionsGm_[c * tiling_.channelStride];
+      CosRuns runs(tiling_, channelPositions, row0, rows);
+      for (int64_t slot, cosRow, count; runs.Next(slot, cosRow, count);) {
+        CopyCosRows(cosRows, c * tiling_.cosRowsPerLoop + slot, cosRow, count);
+      }
+      slots = runs.Slots();
+    }
     cosQueue_.EnQue(cosRows);
-    return runs.Slots();
+    return slots;
   }
 
   // dst rows [first, first + count), lanes [dstLane, dstLane + width) = the same rows of src, lanes from
@@ -293,14 +319,43 @@ class PartialRotaryKernel {
     bool gather16;
   };
 
+  // Several position channels: each channel's rows keep the lanes it gives (AND its mask: a repeat per slot,
+  // the mask's repeat stride 0) and channel 0's rows collect them (OR), for cos and for sin. On the bits, so
+  // exact in every dtype.
+  __aicore__ inline void CombineChannels(const LocalTensor<TCos> &cosRows, int64_t slots) {
+    const LocalTensor<uint16_t> bits = cosRows.template ReinterpretCast<uint16_t>();
+    const int64_t words = pitch_ * sizeof(TCos) / sizeof(uint16_t), region = tiling_.cosRowsPerLoop * words;
+    const uint8_t stride = static_cast<uint8_t>(pitch_ * sizeof(TCos) / 32);
+    const BinaryRepeatParams repeat{1, 1, 1, stride, stride, 0};
+    constexpr int64_t kWordsPerRepeat = 128;
+    for (int64_t table = 0; table < 2; ++table) {  // cos, then sin
+      const int64_t base = table * tiling_.channels * region;
+      for (int64_t c = 0; c < tiling_.channels; ++c) {
+        for (int64_t word = 0; word < words; word += kWordsPerRepeat) {
+          const uint64_t mask = words - word < kWordsPerRepeat ? words - word : kWordsPerRepeat;
+          for (int64_t done = 0; done < slots; done += kMaxRepeats) {
+            const int64_t repeats = slots - done < kMaxRepeats ? slots - done : kMaxRepeats;
+            const int64_t at = base + c * region + done * words + word;
+            And(bits[at], bits[at], laneMasks_[c * words + word], mask, static_cast<uint8_t>(repeats), repeat);
+          }
+        }
+      }
+      PipeBarrier<PIPE_V>();
+      for (int64_t c = 1; c < tiling_.channels; ++c) {
+        Or(bits[base], bits[base], bits[base + c * region], static_cast<int32_t>(slots * words));
+        PipeBarrier<PIPE_V>();
+      }
+    }
+  }
+
   // sign * sin in fp32 for the block's cos/sin rows (sin follows cos in the queue's buffer).
   __aicore__ inline LocalTensor<float> SignedSin(const LocalTensor<TCos> &cosRows, int64_t slots) {
     const LocalTensor<float> sinF = sinFloatBuf_.Get<float>();
     LocalTensor<float> sinSrc = sinF;
     if constexpr (kCosFloat) {
-      sinSrc = cosRows[tiling_.cosRowsPerLoop * pitch_].template ReinterpretCast<float>();
+      sinSrc = cosRows[sinAt_].template ReinterpretCast<float>();
     } else {
-      Cast(sinF, cosRows[tiling_.cosRowsPerLoop * pitch_], RoundMode::CAST_NONE,
+      Cast(sinF, cosRows[sinAt_], RoundMode::CAST_NONE,
            static_cast<uint32_t>(slots * pitch_));
       PipeBarrier<PIPE_V>();
     }
@@ -401,6 +456,7 @@ class PartialRotaryKernel {
     } else {
       xf = AsFloat(slices, swap_ ? work2Buf_ : dyFloatBuf_, n);  // swapping: fp32 x in work2, updated in place
     }
+    if (tiling_.channels > 1) CombineChannels(cosRows, slots);
     const LocalTensor<float> cosF = AsFloat(cosRows, cosFloatBuf_, slots * pitch_);
     const LocalTensor<float> sinF = SignedSin(cosRows, slots);
     const Block block{row0, rows, perRow, n, count, gather16};
@@ -432,16 +488,18 @@ class PartialRotaryKernel {
 
   Tiling tiling_;
   int64_t len_ = 0, pitch_ = 0;
+  int64_t sinAt_ = 0;  // where sin's rows start in the cos queue's buffer (elements)
   bool swap_ = false;  // partner(v) by offset Muls (MulSwapped), not a gather
   TPipe pipe_;
-  TQue<QuePosition::VECIN, 1> inQueue_, cosQueue_;
+  TQue<QuePosition::VECIN, 1> inQueue_, cosQueue_, maskQueue_;
   TQue<QuePosition::VECOUT, 1> outQueue_;
   TBuf<TPosition::VECCALC> work1Buf_, work2Buf_, partnerBuf_, sameBuf_, dyFloatBuf_, cosFloatBuf_, sinFloatBuf_;
   TBuf<TPosition::VECCALC> signBuf_, scratchBuf_;
   GlobalTensor<TDy> dyGm_;
   GlobalTensor<TCos> cosGm_, sinGm_;
-  GlobalTensor<int64_t> positionsGm_;  // gathering by position: set by Blocks::Run
+  GlobalTensor<int64_t> positionsGm_;  // gathering by position
   LocalTensor<uint32_t> partner_, same_;
+  LocalTensor<uint16_t> laneMasks_;  // several position channels: LoadLaneMasks
   LocalTensor<float> sign_;
 };
 
@@ -453,7 +511,7 @@ class PartialRotaryKernel {
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)                                              \
   if (TILING_KEY_IS(ms_rotary::kRegisterPathKeys + MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                  \
     ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::arch35::PartialRotaryKernel<mode, conj, TDy, TCos>>(    \
-        dy, cos, sin, kernelPositions, kernelTiling);                                                         \
+        dy, cos, sin, kernelPositions, kernelLaneMasks, kernelTiling);                                        \
   }
 #else
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
@@ -465,7 +523,7 @@ class PartialRotaryKernel {
 #define MS_ROTARY_CASE(conj, mode, dyi, TDy, cosi, TCos)                                                     \
   if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                                                  \
     ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::PartialRotaryKernel<mode, conj, TDy, TCos>>(            \
-        dy, cos, sin, kernelPositions, kernelTiling);                                                         \
+        dy, cos, sin, kernelPositions, kernelLaneMasks, kernelTiling);                                        \
   }                                                                                                           \
   MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
 #define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \
@@ -478,12 +536,13 @@ class PartialRotaryKernel {
   MS_ROTARY_CASE_COS(conj, mode, 2, bfloat16_t)
 // Vector cores only (KERNEL_TYPE_AIV_ONLY): a launch then starts no cube cores, whose start-up would add to
 // the head cost of this pure vector op (asc-devkit guide, 设置合适的核数和算子Kernel类型).
-// positions: the int64 positions of an op that gathers cos/sin rows by them, else nullptr. (Not `const
+// positions, laneMasks: the inputs of an op that gathers cos/sin rows by position, else nullptr. (Not `const
 // GM_ADDR`: GM_ADDR is a macro in CANN, which would make the bytes const, not the pointer.)
-#define MS_ROTARY_DISPATCH(conj, generatedTiling, positions)                                                  \
+#define MS_ROTARY_DISPATCH(conj, generatedTiling, positions, laneMasks)                                       \
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);                                                             \
   const ms_rotary_ascend::Tiling kernelTiling = ms_rotary_ascend::ReadTiling(generatedTiling);                \
   GM_ADDR kernelPositions = positions;                                                                        \
+  GM_ADDR kernelLaneMasks = laneMasks;                                                                        \
   MS_ROTARY_CASE_DY(conj, 0)                                                                                  \
   MS_ROTARY_CASE_DY(conj, 1)                                                                                  \
   MS_ROTARY_CASE_DY(conj, 2)                                                                                  \

@@ -213,7 +213,9 @@ class PartialRotaryKernel {
   static constexpr int32_t kYLayout = ms_rotary::kModeLayouts[MODE].y;
   static constexpr int32_t kInLayout = CONJ ? kYLayout : kXLayout, kOutLayout = CONJ ? kXLayout : kYLayout;
 
-  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, const Tiling &t) {
+  // laneMasks: unused (the tiling gives several position channels to the memory kernel).
+  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, GM_ADDR positions, GM_ADDR /*laneMasks*/,
+                              const Tiling &t) {
     tiling_ = t;
     len_ = t.len;
     pairs_ = ms_rotary::register_segment_pairs(MODE, len_);
@@ -226,6 +228,7 @@ class PartialRotaryKernel {
     dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TDy *>(dy));
     cosGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(cos));
     sinGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TCos *>(sin));
+    positionsGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t *>(positions));
     const int64_t block = t.rowsPerLoop * len_ * static_cast<int64_t>(sizeof(TDy)) + ms_rotary::kRegisterSlackBytes;
     pipe_.InitBuffer(inQueue_, 2, block);
     pipe_.InitBuffer(outQueue_, 2, block);
@@ -334,7 +337,7 @@ class PartialRotaryKernel {
   TQue<QuePosition::VECOUT, 1> outQueue_;
   GlobalTensor<TDy> dyGm_;
   GlobalTensor<TCos> cosGm_, sinGm_;
-  GlobalTensor<int64_t> positionsGm_;  // gathering by position: set by Blocks::Run
+  GlobalTensor<int64_t> positionsGm_;  // gathering by position
 };
 
 }  // namespace arch35

@@ -91,14 +91,14 @@ class CosRuns {
 // What both kernels do with their stages (each kernel declares it a friend): this core's rows in blocks of
 // rowsPerLoop, each copied in, computed and copied out, the kernels' queues letting successive blocks overlap.
 struct Blocks {
-  // positions: int64, read when the tiling gathers by position (else null).
+  // positions (int64) and laneMasks (int16): the inputs of the ops that gather by position, else null.
   template <typename Kernel>
-  __aicore__ static inline void Run(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, GM_ADDR positions, const Tiling &t) {
+  __aicore__ static inline void Run(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, GM_ADDR positions, GM_ADDR laneMasks,
+                                    const Tiling &t) {
     const int64_t core = AscendC::GetBlockIdx();
     if (t.rows == 0 || core >= t.usedCores) return;  // empty work, or an idle core
     Kernel kernel;
-    kernel.Init(dy, cos, sin, t);
-    kernel.positionsGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t *>(positions));
+    kernel.Init(dy, cos, sin, positions, laneMasks, t);
     const int64_t first = core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
     const int64_t count = t.rowsPerCore + (core < t.bigCores ? 1 : 0);
     for (int64_t done = 0; done < count; done += t.rowsPerLoop) {

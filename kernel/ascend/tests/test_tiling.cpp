@@ -178,7 +178,12 @@ int main() {
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
     bad = s, bad.cos[0] = 2;  // not a cache [1, P, 1, L]
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
-    bad = s, bad.positions.channels = 3;  // M-RoPE's per-lane channels: not on Ascend yet
+    RotaryShape mrope = s;  // M-RoPE: each lane from one of three rows, combined by the memory kernel
+    mrope.positions.channels = 3, mrope.arch35 = true;
+    EXPECT(compute_rotary_tiling(mrope, 8, ub, &t) == ms_rotary::kOk && !uses_register_path(t));
+    EXPECT(t.channels == 3 && t.channel_stride == 10);
+    check_cover(mrope, t, 8, ub);
+    bad = s, bad.positions.channels = 4;
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
     bad = s, bad.positions.seq_axis = 0;
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
