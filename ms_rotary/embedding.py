@@ -120,7 +120,7 @@ class _GatherKernel(nn.Cell):
 
         if backend == "ascend":  # the op writes its first input: a clone (construct); lane masks: a fifth input
             self.prim = AscendKernel.gathering_primitive(call.conjugate, call.rotary_mode, (call.start, call.end),
-                                                         infer_shape, infer_dtype, _positions_attrs(call))
+                                                         infer_shape, infer_dtype, {"positions_axes": call.axes})
             self.clone = Clone()
             self.lane_masks = ms.Tensor(lane_masks(call.lane_channels, call.channels, call.end - call.start,
                                                    call.cache_dtype))
@@ -489,8 +489,8 @@ class RotaryEmbedding(nn.Cell):
         on_host = routes.on_host(self.rotate_q.device_target)
         if route is not Route.TRACED and not on_host:  # a clear error before the graph's assertion
             _check_positions_range(_host_positions(positions, self.channels), self.cos_cache.shape[1])
-        if self.inplace and route is not Route.TRACED and on_host:
-            return self._rotate_in_place_now(q, k, positions, route)
+        if self.inplace and route is not Route.TRACED:
+            return self._rotate_in_place_now(q, k, positions, route, on_host)
         if route is Route.EAGER and on_host:
             # nothing records: the kernel runs now, past the Cell machinery
             tensors = (q,) if k is None else (q, k)
@@ -499,28 +499,36 @@ class RotaryEmbedding(nn.Cell):
             return outs[0] if k is None else outs
         return super().__call__(q, k, positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
 
-    def _rotate_in_place_now(self, q, k, positions, route):
+    def _rotate_in_place_now(self, q, k, positions, route, on_host):
         """inplace=True outside a graph: the kernel writes q and k (checked first), whose version counters then
-        move as MindSpore's own in-place ops move them."""
+        move as MindSpore's own in-place ops move them. On a device whose memory the host does not write
+        (Ascend), the kernel rotates copies and MindSpore's InplaceCopy writes them into q and k."""
         tensors = (q,) if k is None else (q, k)
         for name, tensor in zip(("q", "k"), tensors):
             if route is Route.RECORDING and tensor._requires_grad:
                 raise ValueError(f"{_PREFIX}: inplace=True cannot write {name} while PyNative autograd records "
                                  f"its gradient; use the default out-of-place layer (inplace=False) to train")
-            if not tensor.is_contiguous():
+            if on_host and not tensor.is_contiguous():
                 raise ValueError(f"{_PREFIX}: inplace=True writes {name} in place, but {name} "
                                  f"{tuple(tensor.shape)} is a non-contiguous view; pass a contiguous tensor or "
                                  f"use the out-of-place layer")
         if k is not None and _overlap(q, k):
             raise ValueError(f"{_PREFIX}: inplace=True needs q and k in memory of their own; they overlap")
+        if not on_host:
+            positions = positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions)
+            rotated = self._rotate(q, k, self._kernel_positions(positions))
+            for tensor, values in zip(tensors, (rotated,) if k is None else rotated):
+                self.inplace_copy(tensor, values)
+            return q if k is None else (q, k)
         (self.rotate_q if k is None else self.rotate_qk).kernel.run_now(
             tensors, self.cos_cache, self.sin_cache, _host_positions(positions, self.channels), in_place=True)
         for tensor in tensors:
             advance_version(tensor, tensor._version + 1)
         return q if k is None else (q, k)
 
-    def construct(self, q, k, positions):
-        positions = positions.astype(ms.int64)  # -> [channels, 1|B, S], as the kernel reads them
+    def _kernel_positions(self, positions):
+        """positions as the kernels read them: int64 [channels, 1|B, S] (asserted inside the cache on Ascend)."""
+        positions = positions.astype(ms.int64)
         if self.channels == 2:  # quarter: [S, 2] / [B, S, 2], channel last
             positions = positions.transpose(1, 0) if positions.ndim == 2 else positions.transpose(2, 0, 1)
         if positions.ndim == 1 or (positions.ndim == 2 and self.channels > 1):
@@ -529,11 +537,18 @@ class RotaryEmbedding(nn.Cell):
             positions = positions.reshape(1, positions.shape[0], positions.shape[1])
         if self.guard is not None:
             positions = self.guard(positions)
-        if self.inplace:
-            return self._construct_in_place(q, k, positions)
+        return positions
+
+    def _rotate(self, q, k, positions):
         if k is None:
             return self.rotate_q(q, self.cos_cache, self.sin_cache, positions)
         return self.rotate_qk(q, k, self.cos_cache, self.sin_cache, positions)
+
+    def construct(self, q, k, positions):
+        positions = self._kernel_positions(positions)
+        if self.inplace:
+            return self._construct_in_place(q, k, positions)
+        return self._rotate(q, k, positions)
 
     def _construct_in_place(self, q, k, positions):
         """Traced: the rotation of copies taken ahead of the writes (as the in-place ops do: MindSpore 2.10

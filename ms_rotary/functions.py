@@ -219,8 +219,11 @@ class InPlaceRotary(_Rotary):
     def _call_now(self, x, cos, sin):
         """Writes x's memory. The version bump holds even under ms._no_grad() inside a recorded forward: an op
         that saved x for its backward then fails MindSpore's "modified by an inplace operation" check instead
-        of reading the rotated values."""
-        self.kernel(x, cos, sin)
+        of reading the rotated values. On a device whose memory the host does not write (Ascend), the kernel
+        rotates a copy (kernels.AscendKernel) and MindSpore's InplaceCopy writes it into x."""
+        rotated = self.kernel(x, cos, sin)
+        if not routes.on_host(self.device_target):
+            self.inplace_copy(x, rotated)
         advance_version(x, x._version + 1)
         return x
 
