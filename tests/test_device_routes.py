@@ -2,7 +2,6 @@
 ops and the layer run through their graph nodes (ops.Custom in PyNative, here with the CPU kernels) and an
 in-place call writes its result with MindSpore's InplaceCopy. The Ascend kernels themselves need an NPU; the
 routing around them is the same Python and is checked here, against the on-host results bit for bit."""
-import mindspore as ms
 import numpy as np
 import pytest
 from conftest import random_tensor
