@@ -5,21 +5,29 @@
 - decode: q [1, 1, 32, 128], k [1, 1, 8, 128], one position from a cache of 8192, half mode on the whole head:
   the layer (q and k in one call) against one built-in `add` on q, and against what users wrote before the
   layer (a table per step from rope_cos_sin plus two PartialRotaryMul calls; slicing a prebuilt table);
-- prefill: q [1, 4096, 32, 128], k [1, 4096, 8, 128], positions 0..4095: the layer against rope_cos_sin plus two
-  PartialRotaryMul calls, the same rotary written with plain MindSpore ops on a gathered table, and the
-  same-bytes floor of an out-of-place call: q and k copied into buffers of their own on two threads.
+- prefill: q [1, 4096, 32, 128], k [1, 4096, 8, 128], positions 0..4095: the layer (and with inplace=True)
+  against rope_cos_sin plus two PartialRotaryMul calls, the same rotary written with plain MindSpore ops on a
+  gathered table, and the same-bytes floor of an out-of-place call: q and k copied into buffers of their own on
+  two threads, kept between calls, and copied into buffers MindSpore allocates per call as any op's results
+  (here glibc maps results over 32 MiB afresh each time: the OS zeroes their pages). The ratios to the floors
+  are also taken from 30 interleaved rounds (median and quartiles), less exposed to this host's drifting
+  memory bandwidth than separate medians.
 - both, when torch is installed: the same rotation in torch (cos/sin gathered from a cache by position,
   rotate-half on q and k, out of place), eager and torch.compile'd.
 Each call is timed in a loop of 100 (decode) or 10 (prefill) with one sync at the end, medians of 5 rounds.
 Rows go to benchmarks/runs.csv (case "rope layer ...")."""
 import importlib.util
+import threading
+import time
 
 import mindspore as ms
 import numpy as np
+from mindspore import mint
+from mindspore.graph.api import _pynative_executor
 
 import ms_rotary
 from benchmarks.call_overhead import median_seconds  # 5 rounds, one sync per loop, median
-from benchmarks.run import copy_impls
+from benchmarks.run import _memcpy, copy_impls
 from benchmarks.runs_csv import append_rows
 from examples.rope_common import plain_rotary
 
@@ -56,7 +64,12 @@ def case(name, seq, calls, rows, position):
     }
     if seq > 1:
         moved = 2 * (q.nbytes + k.nbytes)  # read q and k, write both results
-        implementations["same-bytes floor (q and k copied, 2 threads)"] = copy_impls(moved)["2-thread memcpy"]
+        floor = copy_impls(moved)["2-thread memcpy"]
+        implementations["same-bytes floor (q and k copied, 2 threads)"] = floor
+        implementations["same-bytes floor into fresh MindSpore results"] = lambda: fresh_copies(q, k)
+        in_place = ms_rotary.RotaryEmbedding(D, (0, D), "half", rope_theta=500000.0, cache_positions=CACHE,
+                                             inplace=True)
+        implementations["RotaryEmbedding inplace=True"] = lambda: in_place(q, k, positions)
     if importlib.util.find_spec("torch") is not None:
         implementations.update(torch_implementations(q, k, cos_all, sin_all, positions))
     times = {label: median_seconds(fn, calls) for label, fn in implementations.items()}
@@ -65,6 +78,45 @@ def case(name, seq, calls, rows, position):
         print(f"{name}, {label}: {seconds * 1e6:.1f} us per call, {seconds / ours:.2f}x the layer")
         rows.append((f"rope layer {name}", label, seconds, None))
     print(f"{name}: the layer / built-in add = {ours / times['built-in add on q']:.2f}x")
+    pairs = {"the layer / the same-bytes floor": ("RotaryEmbedding (q and k in one call)",
+                                                  "same-bytes floor (q and k copied, 2 threads)"),
+             "the layer / the floor into fresh results": ("RotaryEmbedding (q and k in one call)",
+                                                          "same-bytes floor into fresh MindSpore results"),
+             "inplace=True / the same-bytes floor": ("RotaryEmbedding inplace=True",
+                                                     "same-bytes floor (q and k copied, 2 threads)")}
+    for label, (first, second) in pairs.items() if seq > 1 else ():
+        quartiles = interleaved_ratios(implementations[first], implementations[second], calls)
+        print(f"{name}: {label}, 30 interleaved rounds: median {quartiles[1]:.2f}x "
+              f"(quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f})")
+
+
+def fresh_copies(q, k):
+    """q and k copied into new MindSpore tensors (allocated as any op's results), one thread each."""
+    outs = [mint.empty_like(q), mint.empty_like(k)]
+    _pynative_executor.sync()
+    workers = [threading.Thread(target=_memcpy, args=(out.data_ptr(), src.data_ptr(), src.nbytes))
+               for out, src in zip(outs, (q, k))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return outs
+
+
+def interleaved_ratios(fn, floor, calls, rounds=30):
+    """Quartiles of fn's time over floor's, each round timing `calls` calls of one, then of the other."""
+    ratios = []
+    for _ in range(rounds):
+        seconds = []
+        for timed_fn in (fn, floor):
+            _pynative_executor.sync()
+            start = time.perf_counter()
+            for _ in range(calls):
+                timed_fn()
+            _pynative_executor.sync()
+            seconds.append(time.perf_counter() - start)
+        ratios.append(seconds[0] / seconds[1])
+    return tuple(float(v) for v in np.percentile(ratios, [25, 50, 75]))
 
 
 def torch_implementations(q, k, cos_all, sin_all, positions):
