@@ -74,6 +74,9 @@ REG_CYCLES = 1.0
 CYCLES_PER_REPEAT = {"Gather": 8.0}  # assumed: a gather moves one 32-byte block per cycle; others 1 repeat/cycle
 BARRIER_CYCLES = 30        # assumed: the vector pipe drains
 SCALAR_WRITE_CYCLES = 4    # assumed
+# assumed: a scalar read of GM through the data cache (the gathering ops read each token's position; 8 int64
+# positions share a 64-byte line, so most reads hit)
+GM_SCALAR_READ_CYCLES = 100
 COPY_SETUP_BYTES = 1800    # so a 16 KB copy runs at ~90% of the core's share [asc]
 LAUNCH_US = 3.0            # assumed: kernel launch and tiling read
 
@@ -127,14 +130,15 @@ def build_runner(kernel, out):
     return out
 
 
-def count(runner, work, case, backward, chip, npu_arch=None):
-    """The runner's counts for a launch of `case` on `chip` (as an `npu_arch` chip, if given)."""
+def count(runner, work, case, backward, chip, npu_arch=None, gathers=False):
+    """The runner's counts for a launch of `case` on `chip` (as an `npu_arch` chip, if given); `gathers`: by
+    the ops that read cos/sin rows by position (a prompt's 0, 1, 2, ...) from the cache `case` names as cos."""
     _, dy, cos, (start, end), mode, dtype = case
     header = [int(backward), mode, DTYPE_IDS[dtype], DTYPE_IDS[dtype], *dy, *cos, start, end, chip.vector_cores,
-              chip.ub_bytes, npu_arch or chip.npu_arch, 0, 1, 0, 1]  # 0 1 0 1: cos broadcast, no positions
+              chip.ub_bytes, npu_arch or chip.npu_arch, int(gathers), 1, 0, 1]  # one channel, BSND
     source, counts = os.path.join(work, "in.bin"), os.path.join(work, "counts.json")
     # runners before the gathering ops read no positions fields, those before the 950's kernel no npu_arch
-    for values in (header, header[:-4], header[:-5]):
+    for values in (header,) if gathers else (header, header[:-4], header[:-5]):
         with open(source, "wb") as f:
             f.write(b"".join(v.to_bytes(8, "little", signed=True) for v in values))  # header only: zero tensors
         if subprocess.run([runner, source, os.devnull, counts]).returncode == 0:
@@ -157,7 +161,8 @@ def core_time_us(core, blocks, chip):
         else:
             cycles += instructions * chip.issue_cycles + repeats * CYCLES_PER_REPEAT.get(kind, 1.0)
     vector = cycles / (chip.clock_ghz * 1e3)
-    scalar = core["scalar_writes"] * SCALAR_WRITE_CYCLES / (chip.clock_ghz * 1e3)
+    scalar_cycles = core["scalar_writes"] * SCALAR_WRITE_CYCLES + core.get("gm_scalar_reads", 0) * GM_SCALAR_READ_CYCLES
+    scalar = scalar_cycles / (chip.clock_ghz * 1e3)
     overlaps = core["queue_buffers"] >= 2 and core["flag_waits"] == 0
     if overlaps:
         time = max(memory, vector) + min(memory, vector) / max(blocks, 1) + scalar
@@ -167,8 +172,10 @@ def core_time_us(core, blocks, chip):
     return time, limit + ("" if overlaps else ", serialized")
 
 
-def model(counts, case, chip):
+def model(counts, case, chip, gathers=False):
     _, dy, cos, (start, end), _, dtype = case
+    if gathers:  # the cos/sin rows the positions touch, not the cache
+        cos = (1, dy[1], 1, end - start)
     rows = dy[0] * dy[1] * dy[2]
     blocks = math.ceil(math.ceil(rows / counts["used_cores"]) / counts["rows_per_loop"])  # per core
     times = [core_time_us(core, blocks, chip) for core in counts["cores"]]
@@ -225,7 +232,29 @@ def main():
                         if runner_name == "after":
                             worst[name] = min(worst[name], efficiency)
                     print(row, flush=True)
+        print_layer_table(chips, runners["after"][0], work)
         print("worst modeled HBM efficiency: " + ", ".join(f"{100 * w:.0f}% ({n})" for n, w in worst.items()))
+
+
+# RotaryEmbedding's calls (benchmarks/rope_layer.py's shapes, bf16, one position from a cache of 8192 or a
+# prompt): by position from the cache, against the same call on a [1, S, 1, L] table.
+LAYER_CASES = [(f"{what} q [1, {seq}, 32, 128] bf16", (1, seq, 32, 128), (1, 8192, 1, 128), (0, 128), 0, "bfloat16")
+               for what, seq in (("decode", 1), ("prefill", 4096))]
+
+
+def print_layer_table(chips, runner, work):
+    print("\nmodeled, not measured: RotaryEmbedding's forward by position (positions 0, 1, ... read by the "
+          "kernel, one scalar read each assumed at 100 cycles) against the same call on a gathered table")
+    print("| case | chip | by position: modeled us | by position: % of HBM | on a table: modeled us | ratio |")
+    print("|---|---|---|---|---|---|")
+    for case in LAYER_CASES:
+        table_case = case[:2] + ((1, case[1][1], 1, 128),) + case[3:]
+        for name, chip in chips.items():
+            gathered_us, efficiency, _ = model(count(runner, work, case, False, chip, gathers=True), case, chip,
+                                               gathers=True)
+            table_us, _, _ = model(count(runner, work, table_case, False, chip), table_case, chip)
+            print(f"| {case[0]} | {name} | {gathered_us:.1f} | {100 * efficiency:.0f}% | {table_us:.1f} | "
+                  f"{gathered_us / table_us:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 // (npu_arch 3510: an Ascend 950, whose tiling picks the register-based kernel where the slice fits it;
 // channels 1-3: the ops that gather cos/sin rows by position, cos the cache [1, P, 1, L], positions
 // [channels, positions_batch, S]; 0: cos broadcast over dy) then dy, cos, sin bytes, and when gathering the
-// int64 positions and the int16 lane masks [channels, L * cos bytes / 2] (or nothing: zeros, to count a large
-// launch cheaply); OUT receives dy after the call; COUNTS (JSON) what each core did.
+// int64 positions and the int16 lane masks [channels, L * cos bytes / 2] (or nothing: zeros, positions
+// 0, 1, 2, ... along S, to count a large launch cheaply); OUT receives dy after the call; COUNTS (JSON) what
+// each core did.
 // Exit 2: the tiling refused the problem.
 #include <cstdio>
 #include <cstring>
@@ -119,6 +120,8 @@ int main(int argc, char **argv) {
     const char *gather_payload = payload + dy_bytes + 2 * cos_bytes;
     if (positions_count > 0) std::memcpy(positions.data(), gather_payload, positions_count * 8);
     if (masks_bytes > 0) std::memcpy(masks.data(), gather_payload + positions_count * 8, masks_bytes);
+  } else {  // a prompt's positions: 0, 1, 2, ... along S (within the cache)
+    for (int64_t i = 0; i < positions_count; ++i) positions[i] = i % shape.positions.seq % shape.cos[1];
   }
   optiling::PartialRotaryTilingData data{};
 #define MS_ROTARY_COPY_FIELD(tiling_field, data_field) data.data_field = t.tiling_field;
