@@ -324,6 +324,11 @@ GATHER_CASES = {
     "quarter mode: token and block positions": (2, "float32", "bfloat16", (2, 7, 3, 64), 16, (0, 64),
                                                 [[list(range(7))], [[0, 0, 0, 1, 2, 3, 4]]], (0, 1),
                                                 (0,) * 32 + (1,) * 32, 5, UB_BYTES),
+    "M-RoPE, BNSD, over 255 slots a block (And repeats split)": (1, "float32", "float16", (1, 2, 300, 64), 512,
+                                                                (0, 64), np.random.default_rng(7).integers(
+                                                                    512, size=(3, 1, 300)), (0, 2),
+                                                                mrope_lane_channels(1, 64, (8, 12, 12), False), 1,
+                                                                4 << 20),  # a UB this large: one block of 600
     "random lane channels, BNSD, many blocks": (3, "bfloat16", "bfloat16", (2, 4, 40, 192), 64, (64, 192),
                                                 np.random.default_rng(6).integers(64, size=(3, 2, 40)), (0, 2),
                                                 tuple(np.random.default_rng(5).integers(3, size=128)), 2, 12 * 1024),
