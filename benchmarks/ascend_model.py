@@ -27,6 +27,7 @@ The model (per core; the kernel takes the slowest core plus the launch):
 """
 import argparse
 import collections
+import glob
 import io
 import json
 import math
@@ -113,32 +114,35 @@ def kernel_tree(revision, out_dir):
     return os.path.join(out_dir, "kernel")
 
 
-# The host runner's sources under kernel/ascend (tests/builds.py builds the same), and those of revisions
-# before the gathering ops, whose two entry points compiled on their own.
+# The host runner's sources under kernel/ascend (tests/builds.py builds the same).
 RUNNER_SOURCES = ["host_shim/run_kernel_host.cpp", "op_host/rotary_tiling.cpp", "host_shim/kernel_entries.cpp"]
-OLD_RUNNER_SOURCES = RUNNER_SOURCES[:2] + ["op_kernel/ms_rotary_partial_rotary_mul.cpp",
-                                           "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp"]
 
 
 def build_runner(kernel, out):
+    """The runner of a kernel tree, its entry points in one unit (as host_shim/kernel_entries.cpp has them):
+    whichever a revision has."""
     ascend = os.path.join(kernel, "ascend")
-    gathers = os.path.exists(os.path.join(ascend, "op_kernel", "ms_rotary_partial_rotary_mul_positions.cpp"))
-    sources = RUNNER_SOURCES if gathers else OLD_RUNNER_SOURCES
+    entries = sorted(glob.glob(os.path.join(ascend, "op_kernel", "ms_rotary_*.cpp")))
+    unit = out + "_entries.cpp"
+    with open(unit, "w") as f:
+        f.writelines(f'#include "{entry}"\n' for entry in entries)
+    sources = [os.path.join(ascend, source) for source in RUNNER_SOURCES[:2]] + [unit]
     subprocess.run(["g++", "-std=c++17", "-O2", f"-I{ascend}/host_shim", f"-I{ascend}/op_host",
-                    f"-I{os.path.join(kernel, 'common')}", *(os.path.join(ascend, s) for s in sources), "-o", out],
-                   check=True)
+                    f"-I{os.path.join(kernel, 'common')}", *sources, "-o", out], check=True)
     return out
 
 
-def count(runner, work, case, backward, chip, npu_arch=None, gathers=False):
+def count(runner, work, case, backward, chip, npu_arch=None, gathers=False, k_heads=0):
     """The runner's counts for a launch of `case` on `chip` (as an `npu_arch` chip, if given); `gathers`: by
-    the ops that read cos/sin rows by position (a prompt's 0, 1, 2, ...) from the cache `case` names as cos."""
+    the ops that read cos/sin rows by position (a prompt's 0, 1, 2, ...) from the cache `case` names as cos,
+    with k_heads: the q+k op, k of that many heads in the same launch."""
     _, dy, cos, (start, end), mode, dtype = case
     header = [int(backward), mode, DTYPE_IDS[dtype], DTYPE_IDS[dtype], *dy, *cos, start, end, chip.vector_cores,
-              chip.ub_bytes, npu_arch or chip.npu_arch, int(gathers), 1, 0, 1]  # one channel, BSND
+              chip.ub_bytes, npu_arch or chip.npu_arch, int(gathers), 1, 0, 1, k_heads]  # one channel, BSND
     source, counts = os.path.join(work, "in.bin"), os.path.join(work, "counts.json")
-    # runners before the gathering ops read no positions fields, those before the 950's kernel no npu_arch
-    for values in (header,) if gathers else (header, header[:-4], header[:-5]):
+    # runners before the q+k ops read no k_heads, before the gathering ops no positions fields, before the 950's
+    # kernel no npu_arch
+    for values in (header,) if gathers else (header, header[:-1], header[:-5], header[:-6]):
         with open(source, "wb") as f:
             f.write(b"".join(v.to_bytes(8, "little", signed=True) for v in values))  # header only: zero tensors
         if subprocess.run([runner, source, os.devnull, counts]).returncode == 0:
@@ -172,11 +176,11 @@ def core_time_us(core, blocks, chip):
     return time, limit + ("" if overlaps else ", serialized")
 
 
-def model(counts, case, chip, gathers=False):
+def model(counts, case, chip, gathers=False, k_heads=0):
     _, dy, cos, (start, end), _, dtype = case
     if gathers:  # the cos/sin rows the positions touch, not the cache
         cos = (1, dy[1], 1, end - start)
-    rows = dy[0] * dy[1] * dy[2]
+    rows = dy[0] * dy[1] * (dy[2] + k_heads)
     blocks = math.ceil(math.ceil(rows / counts["used_cores"]) / counts["rows_per_loop"])  # per core
     times = [core_time_us(core, blocks, chip) for core in counts["cores"]]
     core_us, limit = max(times)
@@ -237,22 +241,28 @@ def main():
 
 
 # RotaryEmbedding's calls (benchmarks/rope_layer.py's shapes, bf16, one position from a cache of 8192 or a
-# prompt): by position from the cache, against the same call on a [1, S, 1, L] table.
-LAYER_CASES = [(f"{what} q [1, {seq}, 32, 128] bf16", (1, seq, 32, 128), (1, 8192, 1, 128), (0, 128), 0, "bfloat16")
-               for what, seq in (("decode", 1), ("prefill", 4096))]
+# prompt; q of 32 heads, k of 8): q and k by position from the cache in one launch, against q and k on a
+# [1, S, 1, L] table, a launch each.
+LAYER_CASES = [(f"{what} q [1, {seq}, 32, 128] + k [1, {seq}, 8, 128] bf16", (1, seq, 32, 128), (1, 8192, 1, 128),
+                (0, 128), 0, "bfloat16") for what, seq in (("decode", 1), ("prefill", 4096))]
+LAYER_K_HEADS = 8
 
 
 def print_layer_table(chips, runner, work):
-    print("\nmodeled, not measured: RotaryEmbedding's forward by position (positions 0, 1, ... read by the "
-          "kernel, one scalar read each assumed at 100 cycles) against the same call on a gathered table")
+    print("\nmodeled, not measured: RotaryEmbedding's forward, q and k by position in one launch (positions 0, 1, "
+          "... read by the kernel, one scalar read each assumed at 100 cycles), against q and k on a gathered table "
+          "(two launches)")
     print("| case | chip | by position: modeled us | by position: % of HBM | on a table: modeled us | ratio |")
     print("|---|---|---|---|---|---|")
     for case in LAYER_CASES:
-        table_case = case[:2] + ((1, case[1][1], 1, 128),) + case[3:]
+        seq = case[1][1]
+        q_case = case[:2] + ((1, seq, 1, 128),) + case[3:]
+        k_case = (case[0], (1, seq, LAYER_K_HEADS, 128)) + q_case[2:]
         for name, chip in chips.items():
-            gathered_us, efficiency, _ = model(count(runner, work, case, False, chip, gathers=True), case, chip,
-                                               gathers=True)
-            table_us, _, _ = model(count(runner, work, table_case, False, chip), table_case, chip)
+            gathered_us, efficiency, _ = model(
+                count(runner, work, case, False, chip, gathers=True, k_heads=LAYER_K_HEADS), case, chip,
+                gathers=True, k_heads=LAYER_K_HEADS)
+            table_us = sum(model(count(runner, work, c, False, chip), c, chip)[0] for c in (q_case, k_case))
             print(f"| {case[0]} | {name} | {gathered_us:.1f} | {100 * efficiency:.0f}% | {table_us:.1f} | "
                   f"{gathered_us / table_us:.2f}x |", flush=True)
 

@@ -107,7 +107,8 @@ class _GatherKernel(nn.Cell):
         super().__init__()
         self.call, self.backend, self.device_target = call, backend, device_target
 
-        # Traced, one primitive per tensor (MindSpore 2.10's CPU AOT kernels take one output): q, then k.
+        # Traced on CPU, one primitive per tensor (MindSpore 2.10's CPU AOT kernels take one output): q, then k.
+        # On Ascend, q and k take one launch of the q+k op.
         single = dataclasses.replace(call, heads=1)
 
         def infer_shape(shape, cos_shape, sin_shape, positions_shape, *lane_masks_shape):
@@ -118,9 +119,12 @@ class _GatherKernel(nn.Cell):
             check_dtypes(dtype, cos_dtype, sin_dtype, "q")
             return dtype
 
-        if backend == "ascend":  # the op writes its first input: a clone (construct); lane masks: a fifth input
+        if backend == "ascend":  # the op writes its first input (q and k: two), clones (construct); lane masks
+            if call.heads == 2:
+                infer_shape, infer_dtype = _qk_infer_functions(call)
             self.prim = AscendKernel.gathering_primitive(call.conjugate, call.rotary_mode, (call.start, call.end),
-                                                         infer_shape, infer_dtype, {"positions_axes": call.axes})
+                                                         infer_shape, infer_dtype, {"positions_axes": call.axes},
+                                                         qk=call.heads == 2)
             self.clone = Clone()
             self.lane_masks = ms.Tensor(lane_masks(call.lane_channels, call.channels, call.end - call.start,
                                                    call.cache_dtype))
@@ -204,10 +208,25 @@ class _AscendGatherKernelQ(_GatherKernel):
 
 
 class _AscendGatherKernelQK(_GatherKernel):
-    def construct(self, q, k, cos, sin, positions):
+    def construct(self, q, k, cos, sin, positions):  # q and k in one launch
         q_target, k_target = self.clone(q), self.clone(k)
-        return (ops.depend(q_target, self.prim(q_target, cos, sin, positions, self.lane_masks)),
-                ops.depend(k_target, self.prim(k_target, cos, sin, positions, self.lane_masks)))
+        written = self.prim(q_target, k_target, cos, sin, positions, self.lane_masks)
+        return ops.depend(q_target, written), ops.depend(k_target, written)
+
+
+def _qk_infer_functions(call):
+    """The Ascend q+k op's out_shape/out_dtype: the layer's rules for q and k together."""
+
+    def infer_shape(q_shape, k_shape, cos_shape, sin_shape, positions_shape, lane_masks_shape):
+        _check(call, q_shape, k_shape, positions_shape)
+        return list(q_shape), list(k_shape)
+
+    def infer_dtype(q_dtype, k_dtype, cos_dtype, sin_dtype, positions_dtype, lane_masks_dtype):
+        check_dtypes(q_dtype, cos_dtype, sin_dtype, "q")
+        check_dtypes(k_dtype, cos_dtype, sin_dtype, "k")
+        return q_dtype, k_dtype
+
+    return infer_shape, infer_dtype
 
 
 class _NumpyGatherKernelQ(_GatherKernel):

@@ -67,6 +67,13 @@ class _WritesFirstInputGathering(_WritesFirstInput):
                                sig.make_sig("lane_masks"))
 
 
+class _WritesQAndK(_WritesFirstInput):
+    """The Ascend q+k op that gathers by position: its kernel writes q and k, its first two inputs."""
+    __mindspore_signature__ = (sig.make_sig("q", sig.sig_rw.RW_WRITE), sig.make_sig("k", sig.sig_rw.RW_WRITE),
+                               sig.make_sig("cos"), sig.make_sig("sin"), sig.make_sig("positions"),
+                               sig.make_sig("lane_masks"))
+
+
 def alias_after_write(dy, written):
     """dy, ordered after the op `written` that wrote it: what an in-place call returns in a graph. A no-op
     reshape makes it a new node: returning the written tensor itself from a network wrapped by
@@ -79,26 +86,29 @@ def alias_after_write(dy, written):
     return ops.reshape(aliased, dy.shape)
 
 
-def reg_info(op_name, rotary_mode, partial_slice, target, output_name, positions=None, lane_masks=False):
-    """CustomRegOp info of one instance: inputs dy, cos, sin (and int64 positions, for the kernels that gather
-    cos/sin rows by position: `positions` is then their list-of-int attributes; and the Ascend ones' int16
-    lane_masks) and one output, every (dy, cos/sin) float dtype pair; attribute values are per instance, their
-    names are shared by every target."""
+def reg_info(op_name, rotary_mode, partial_slice, target, output_name, positions=None, lane_masks=False,
+             qk=False):
+    """CustomRegOp info of one instance: inputs dy (q and k for the Ascend q+k ops, `qk`), cos, sin (and int64
+    positions, for the kernels that gather cos/sin rows by position: `positions` is then their list-of-int
+    attributes; and the Ascend ones' int16 lane_masks) and one output (q and k: two), every (dy, cos/sin) float
+    dtype pair; attribute values are per instance, their names are shared by every target."""
     slice_attr = list(partial_slice) if partial_slice is not None else SLICE_FROM_COS
-    info = CustomRegOp(op_name).input(0, "dy").input(1, "cos").input(2, "sin")
-    if positions is not None:
-        info = info.input(3, "positions")
-    if lane_masks:
-        info = info.input(4, "lane_masks")
-    info = (info.output(0, output_name)
-            .attr("rotary_mode", "required", "int", value=int(rotary_mode))
+    rotated = ("q", "k") if qk else ("dy",)
+    inputs = [*rotated, "cos", "sin"] + (["positions"] if positions is not None else []) + \
+        (["lane_masks"] if lane_masks else [])
+    info = CustomRegOp(op_name)
+    for index, name in enumerate(inputs):
+        info = info.input(index, name)
+    for index, name in enumerate(rotated if qk else (output_name,)):
+        info = info.output(index, name)
+    info = (info.attr("rotary_mode", "required", "int", value=int(rotary_mode))
             .attr("partial_slice", "required", "listInt", value=slice_attr))
     for name, value in (positions or {}).items():
         info = info.attr(name, "required", "listInt", value=list(value))
     extra = (DataType.I64_Default,) if positions is not None else ()
     extra += (DataType.I16_Default,) if lane_masks else ()
     for dy_type, cos_type in itertools.product(FLOAT_FORMATS, FLOAT_FORMATS):
-        info = info.dtype_format(dy_type, cos_type, cos_type, *extra, dy_type)
+        info = info.dtype_format(*[dy_type] * len(rotated), cos_type, cos_type, *extra, *[dy_type] * len(rotated))
     return info.target(target).get_op_info()
 
 
@@ -262,6 +272,9 @@ class AscendKernel(RotaryKernel):
     # The twins that gather cos/sin rows by position from a cache (embedding.RotaryEmbedding): inputs int64
     # positions [channels, 1|B, S] and int16 lane_masks (embedding.lane_masks), the attribute positions_axes.
     GATHER_OP_TYPES = {False: "MsRotaryPartialRotaryMulPositions", True: "MsRotaryPartialRotaryMulPositionsGrad"}
+    # ... and their q+k twins: inputs q and k (written), then the same; outputs q and k.
+    GATHER_QK_OP_TYPES = {False: "MsRotaryPartialRotaryMulPositionsQK",
+                          True: "MsRotaryPartialRotaryMulPositionsQKGrad"}
     # The kernel's dtype ids (kernel/common/rotary_rules.h, DType): the tiling key's and the host runner's.
     DTYPE_IDS = {"float32": 0, "float16": 1, "bfloat16": 2}
 
@@ -278,13 +291,14 @@ class AscendKernel(RotaryKernel):
         return ops.depend(target, self.prim(target, cos, sin))
 
     @classmethod
-    def gathering_primitive(cls, conjugate, rotary_mode, partial_slice, infer_shape, infer_dtype, attrs):
-        """The primitive of the op that gathers cos/sin rows by position (`attrs`: its list attributes); it
-        writes its first input, a clone the caller makes."""
-        op_type = cls.GATHER_OP_TYPES[conjugate]
-        return _WritesFirstInputGathering(op_type, infer_shape, infer_dtype, func_type="aot",
-                                          reg_info=reg_info(op_type, rotary_mode, partial_slice, "Ascend", "dy",
-                                                            positions=attrs, lane_masks=True))
+    def gathering_primitive(cls, conjugate, rotary_mode, partial_slice, infer_shape, infer_dtype, attrs, qk=False):
+        """The primitive of the op that gathers cos/sin rows by position (`attrs`: its list attributes; `qk`: the
+        q+k op); it writes its first input (two: q and k), clones the caller makes."""
+        op_type = (cls.GATHER_QK_OP_TYPES if qk else cls.GATHER_OP_TYPES)[conjugate]
+        return (_WritesQAndK if qk else _WritesFirstInputGathering)(
+            op_type, infer_shape, infer_dtype, func_type="aot",
+            reg_info=reg_info(op_type, rotary_mode, partial_slice, "Ascend", "dy", positions=attrs, lane_masks=True,
+                              qk=qk))
 
 
 KERNELS = {"aot": CpuKernel, "pyfunc": NumpyKernel, "ascend": AscendKernel}

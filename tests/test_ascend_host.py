@@ -59,7 +59,7 @@ def _from_bits(raw, dtype, shape):
     return bits.view(np.float32).reshape(shape).astype(np.float64)
 
 
-NO_GATHER = (0, 1, 0, 1)  # the runner header's channels, positions_batch, batch_axis, seq_axis: cos broadcasts
+NO_GATHER = (0, 1, 0, 1, 0)  # the runner header's channels, positions_batch, batch_axis, seq_axis, k_heads
 
 
 def gathered(cache, positions, axes, lane_channels):
@@ -72,44 +72,52 @@ def gathered(cache, positions, axes, lane_channels):
 
 
 def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, cos_shape_, start, end,
-                cores=8, ub_bytes=UB_BYTES, seed=0, arch=2201, positions=None, axes=(0, 1), lane_channels=None):
+                cores=8, ub_bytes=UB_BYTES, seed=0, arch=2201, positions=None, axes=(0, 1), lane_channels=None,
+                k_heads=0):
     """One launch on the host, checked. With `positions` (int [1|B, S], or [channels, 1|B, S] with the channel
     of each cos lane in lane_channels): the ops that gather cos/sin rows by position, cos_shape_ the cache
-    [1, P, 1, L], axes dy's (B, S) axes."""
+    [1, P, 1, L], axes dy's (B, S) axes; with k_heads too: the q+k ops, k dy's shape with k_heads heads."""
     rng = np.random.default_rng(seed)
-    dy_raw, dy64 = _to_bits(rng.uniform(-1, 1, dy_shape).astype(np.float32), dy_dtype)
+    shapes = [tuple(dy_shape)]
+    if k_heads:
+        heads_axis = 3 - sum(axes)
+        shapes.append(tuple(k_heads if i == heads_axis else n for i, n in enumerate(dy_shape)))
+    tensors = [_to_bits(rng.uniform(-1, 1, shape).astype(np.float32), dy_dtype) for shape in shapes]
     cos_raw, cos64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
     sin_raw, sin64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
     gather, gather_raw = NO_GATHER, b""
     if positions is not None:
         positions = np.asarray(positions).reshape(-1, *np.shape(positions)[-2:])  # [channels, 1|B, S]
         lane_channels = np.zeros(end - start, np.int64) if lane_channels is None else np.asarray(lane_channels)
-        gather = (len(positions), positions.shape[1], *axes)
+        gather = (len(positions), positions.shape[1], *axes, k_heads)
         masks = lane_masks(lane_channels, len(positions), end - start, cos_dtype)
         gather_raw = np.ascontiguousarray(positions, np.int64).tobytes() + masks.tobytes()
     header = np.array([int(conjugate), mode, DTYPE_IDS[dy_dtype], DTYPE_IDS[cos_dtype], *dy_shape, *cos_shape_,
                        start, end, cores, ub_bytes, arch, *gather], np.int64)
     source, target, counts = tmp_path / "in.bin", tmp_path / "out.bin", tmp_path / "counts.json"
-    source.write_bytes(header.tobytes() + dy_raw + cos_raw + sin_raw + gather_raw)
+    source.write_bytes(header.tobytes() + b"".join(raw for raw, _ in tensors) + cos_raw + sin_raw + gather_raw)
     if positions is not None:  # what the kernel reads, in range (the kernel clamps the others)
         rows = np.clip(positions, 0, cos_shape_[1] - 1)
         cos64, sin64 = gathered(cos64, rows, axes, lane_channels), gathered(sin64, rows, axes, lane_channels)
     result = subprocess.run([runner, str(source), str(target), str(counts)], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
-    got = _from_bits(target.read_bytes(), dy_dtype, dy_shape)
-    reference = rotary_grad if conjugate else rotary_forward
-    expected = reference(mode, dy64, cos64, sin64, start, end)
-    tol = TOLERANCE[dy_dtype]
-    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
-    if start == end:
-        return json.loads(counts.read_text())  # empty work: dy as it was, checked above
-    # Bit for bit what the numpy kernel (and so the CPU kernel) computes: the same fp32 products and sums.
-    same = numpy_kernel.rotate(dy64.astype(np.float32), cos64.astype(np.float32), sin64.astype(np.float32), mode,
-                               start, end, conjugate)
-    np.testing.assert_array_equal(got, _from_bits(_to_bits(same, dy_dtype)[0], dy_dtype, dy_shape))
-    np.testing.assert_array_equal(got[..., :start], dy64[..., :start])
-    np.testing.assert_array_equal(got[..., end:], dy64[..., end:])
+    raw_out = target.read_bytes()
+    for (raw_in, t64), shape in zip(tensors, shapes):  # dy (q), then k
+        got = _from_bits(raw_out[:len(raw_in)], dy_dtype, shape)
+        raw_out = raw_out[len(raw_in):]
+        reference = rotary_grad if conjugate else rotary_forward
+        tol = TOLERANCE[dy_dtype]
+        np.testing.assert_allclose(got, reference(mode, t64, cos64, sin64, start, end), rtol=tol, atol=tol)
+        if start == end:
+            continue  # empty work: as it was, checked above
+        # Bit for bit what the numpy kernel (and so the CPU kernel) computes: the same fp32 products and sums.
+        same = numpy_kernel.rotate(t64.astype(np.float32), cos64.astype(np.float32), sin64.astype(np.float32),
+                                   mode, start, end, conjugate)
+        np.testing.assert_array_equal(got, _from_bits(_to_bits(same, dy_dtype)[0], dy_dtype, shape))
+        np.testing.assert_array_equal(got[..., :start], t64[..., :start])
+        np.testing.assert_array_equal(got[..., end:], t64[..., end:])
+    assert raw_out == b""
     return json.loads(counts.read_text())
 
 
@@ -345,6 +353,27 @@ def test_kernels_gather_cos_sin_by_position(kernel_runner, tmp_path, name, conju
                          positions=np.array(positions), axes=axes, lane_channels=lanes)
     # every slice here fits the register path; several channels go to the memory kernel, on the 950 too
     assert register_path_ran(counts) == (arch == 3510 and lanes is None)
+
+
+# The q+k ops: k (its own head count) rotated in the same launch, each core taking a share of q's rows, then
+# of k's. name: GATHER_CASES' name, k's heads, cores.
+QK_CASES = {"decode, MQA": ("decode: one token each at its own position", 1, 2),
+            "prefill, GQA": ("prefill: positions shared by the batch", 1, 3),
+            "SBND": ("SBND, positions per batch", 1, 4),
+            "BNSD": ("BNSD: a cos row per row", 2, 3),
+            "M-RoPE, the memory kernel on both chips": ("M-RoPE sections (Qwen2-VL)", 2, 2),
+            "many blocks": ("many blocks, runs across blocks", 1, 2)}
+
+
+@pytest.mark.parametrize("arch", [2201, 3510], ids=["910B", "950"])
+@pytest.mark.parametrize("conjugate", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("name", QK_CASES)
+def test_q_and_k_in_one_launch(kernel_runner, tmp_path, name, conjugate, arch):
+    case, k_heads, cores = QK_CASES[name]
+    mode, dy_dtype, cos_dtype, dy_shape, cache, (start, end), positions, axes, lanes, _, ub = GATHER_CASES[case]
+    run_on_host(kernel_runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape, (1, cache, 1, end - start),
+                start, end, cores, ub, seed=mode, arch=arch, positions=np.array(positions), axes=axes,
+                lane_channels=lanes, k_heads=k_heads)
 
 
 @pytest.mark.parametrize("arch", [2201, 3510], ids=["910B", "950"])

@@ -56,35 +56,43 @@ def test_an_ascend_device_selects_the_ascend_kernel():
 
 
 def test_ascend_registration_matches_the_op_definition():
-    """Both op families: the ops on cos/sin tables, and their twins that gather cos/sin rows by position, whose
-    OpDef adds what sits under `if (gathers)` (inputs positions and lane_masks, the positions_axes attribute)."""
+    """Each op family's registration against the OpDef: the ops on tables, their twins that gather cos/sin rows
+    by position (inputs positions, lane_masks and attribute positions_axes, under `if (gathers)`), and those
+    for q and k in one launch (q and k in and out instead of dy, under `if (with_k)`)."""
     source = open(OP_DEF).read()
-    inputs = re.findall(r'Input\("(\w+)"\)', source)
-    outputs = re.findall(r'Output\("(\w+)"\)', source)
-    attrs = re.findall(r'Attr\("(\w+)"\)', source)
-    gathering = re.findall(r"if \(gathers\) (\{.*?\}|[^;]*;)", source, re.S)
-    gather_only = {name for block in gathering for name in re.findall(r'(?:Input|Attr)\("(\w+)"\)', block)}
-    assert gather_only == {"positions", "lane_masks", "positions_axes"}
-    families = ((AscendKernel.OP_TYPES, None), (AscendKernel.GATHER_OP_TYPES, {"positions_axes": [0, 1]}))
-    for op_types, positions in families:
+    in_source = {kind: re.findall(rf'{kind}\("(\w+)"\)', source) for kind in ("Input", "Output", "Attr")}
+    tables = {"Input": ["dy", "cos", "sin"], "Output": ["dy"], "Attr": ["rotary_mode", "partial_slice"]}
+    gathering = {"Input": ["dy", "cos", "sin", "positions", "lane_masks"], "Output": ["dy"],
+                 "Attr": ["rotary_mode", "partial_slice", "positions_axes"]}
+    qk = {"Input": ["q", "k", "cos", "sin", "positions", "lane_masks"], "Output": ["q", "k"],
+          "Attr": gathering["Attr"]}
+    families = ((AscendKernel.OP_TYPES, tables, {}), (AscendKernel.GATHER_OP_TYPES, gathering, {}),
+                (AscendKernel.GATHER_QK_OP_TYPES, qk, {"qk": True}))
+    for op_types, expected, options in families:
+        for kind, names in expected.items():  # the OpDef declares them in this order
+            assert [name for name in in_source[kind] if name in names] == names
+        gathers = "positions" in expected["Input"]
         for op_name in op_types.values():
             assert f"OP_ADD({op_name})" in source
-            info = reg_info(op_name, 3, [128, 192], "Ascend", "dy", positions=positions,
-                            lane_masks=positions is not None)
+            info = reg_info(op_name, 3, [128, 192], "Ascend", "dy", positions={"positions_axes": [0, 1]} if gathers
+                            else None, lane_masks=gathers, **options)
             info = json.loads(info) if isinstance(info, str) else info
-            keep = (lambda name: True) if positions else (lambda name: name not in gather_only)
-            assert [i["name"] for i in info["inputs"]] == [name for name in inputs if keep(name)]
-            assert [o["name"] for o in info["outputs"]] == outputs
-            assert [a["name"] for a in info["attr"]] == [name for name in attrs if keep(name)]
+            assert [i["name"] for i in info["inputs"]] == expected["Input"]
+            assert [o["name"] for o in info["outputs"]] == expected["Output"]
+            assert [a["name"] for a in info["attr"]] == expected["Attr"]
             assert info["target"] == "Ascend"
             assert len(info["dtype_format"]) == 9
+    gated = {name for block in re.findall(r"if \((?:gathers|with_k)\) (\{.*?\}|[^;]*;)", source, re.S)
+             for name in re.findall(r'(?:Input|Output|Attr)\("(\w+)"\)', block)}
+    assert gated == {"positions", "lane_masks", "positions_axes", "q", "k"}  # declared by some ops only
 
 
 def test_ascend_op_types_are_ms_rotarys_own():
     """A custom OPP registering CANN's built-in op types (InplacePartialRotaryMul/Grad, with other attribute
     defaults) would shadow them for every user of the process."""
     source = open(OP_DEF).read()
-    for op_type in (*AscendKernel.OP_TYPES.values(), *AscendKernel.GATHER_OP_TYPES.values()):
+    for op_type in (*AscendKernel.OP_TYPES.values(), *AscendKernel.GATHER_OP_TYPES.values(),
+                    *AscendKernel.GATHER_QK_OP_TYPES.values()):
         assert op_type.startswith("MsRotary")
     assert "OP_ADD(InplacePartialRotaryMul" not in source
 

@@ -289,7 +289,8 @@ def test_on_ascend_the_layer_uses_the_gathering_ops_with_lane_masks(ascend_devic
     assert layer.backend == "ascend" and layer.guard is not None
     for rotate, op_type in ((layer.rotate_q, "MsRotaryPartialRotaryMulPositions"),
                             (layer.rotate_q.transpose, "MsRotaryPartialRotaryMulPositionsGrad"),
-                            (layer.rotate_qk, "MsRotaryPartialRotaryMulPositions")):
+                            (layer.rotate_qk, "MsRotaryPartialRotaryMulPositionsQK"),
+                            (layer.rotate_qk.transpose, "MsRotaryPartialRotaryMulPositionsQKGrad")):
         assert rotate.kernel.prim.func == op_type
     call = layer.rotate_q.call
     masks = layer.rotate_q.kernel.lane_masks.asnumpy()

@@ -26,7 +26,9 @@ STAND_IN = os.path.join(HERE, "header_check", "stand_in")
 ARCHES = {"2201": "910B", "3510": "950"}
 KERNEL_UNITS = ["op_kernel/ms_rotary_partial_rotary_mul.cpp", "op_kernel/ms_rotary_partial_rotary_mul_grad.cpp",
                 "op_kernel/ms_rotary_partial_rotary_mul_positions.cpp",
-                "op_kernel/ms_rotary_partial_rotary_mul_positions_grad.cpp"]
+                "op_kernel/ms_rotary_partial_rotary_mul_positions_grad.cpp",
+                "op_kernel/ms_rotary_partial_rotary_mul_positions_qk.cpp",
+                "op_kernel/ms_rotary_partial_rotary_mul_positions_qk_grad.cpp"]
 HOST_UNITS = ["op_host/ms_rotary_partial_rotary_mul.cpp", "op_host/rotary_tiling.cpp"]
 OP_TILING_HEADER = os.path.join(HERE, "op_host", "ms_rotary_partial_rotary_mul_tiling.h")
 # The commits the stand-ins were harvested at (kernel/ascend/README.md, "Checked against the real AscendC ...").

@@ -105,7 +105,17 @@ constexpr int64_t register_cos_slot(int64_t mode, int64_t len) {
   X(cos_b_stride, cosBStride) X(cos_s_stride, cosSStride) X(cos_n_stride, cosNStride)       \
   X(used_cores, usedCores) X(rows_per_core, rowsPerCore) X(big_cores, bigCores)             \
   X(rows_per_loop, rowsPerLoop) X(cos_rows_per_loop, cosRowsPerLoop) X(pitch, pitch)         \
-  X(cache_rows, cacheRows) X(channels, channels) X(channel_stride, channelStride)
+  X(cache_rows, cacheRows) X(channels, channels) X(channel_stride, channelStride)                   \
+  X(rows_q, rowsQ) X(k_seq, kSeq) X(k_heads, kHeads)
+
+// Ascend: the rows [first, first + count) of `rows` that vector core `core` of `cores` takes: an even share,
+// the first rows % cores cores one more. The q+k ops split q's rows and k's rows so, each on its own.
+struct CoreShare {
+  int64_t first, count;
+};
+constexpr CoreShare core_share(int64_t rows, int64_t cores, int64_t core) {
+  return {core * (rows / cores) + (core < rows % cores ? core : rows % cores), rows / cores + (core < rows % cores)};
+}
 
 // Ascend: the most blocks one strided DataCopyPad moves (DataCopyExtParams::blockCount): rows per block of
 // the tiling, cos rows per copy of the kernel.

@@ -1,13 +1,13 @@
 // Runs the Ascend kernel sources on the host through the shim, block after block, as a vector-core
 // launch would. Usage: run_kernel_host IN OUT [COUNTS], where IN holds a header of int64 values
 //   conjugate mode dy_dtype cos_dtype dy[4] cos[4] start end core_num ub_bytes npu_arch
-//   channels positions_batch batch_axis seq_axis
+//   channels positions_batch batch_axis seq_axis k_heads
 // (npu_arch 3510: an Ascend 950, whose tiling picks the register-based kernel where the slice fits it;
 // channels 1-3: the ops that gather cos/sin rows by position, cos the cache [1, P, 1, L], positions
-// [channels, positions_batch, S]; 0: cos broadcast over dy) then dy, cos, sin bytes, and when gathering the
-// int64 positions and the int16 lane masks [channels, L * cos bytes / 2] (or nothing: zeros, positions
-// 0, 1, 2, ... along S, to count a large launch cheaply); OUT receives dy after the call; COUNTS (JSON) what
-// each core did.
+// [channels, positions_batch, S]; 0: cos broadcast over dy; k_heads > 0: the q+k ops, k dy's shape with that
+// many heads) then dy (and k) bytes, cos, sin bytes, and when gathering the int64 positions and the int16 lane
+// masks [channels, L * cos bytes / 2] (or nothing: zeros, positions 0, 1, 2, ... along S, to count a large
+// launch cheaply); OUT receives dy (and k) after the call; COUNTS (JSON) what each core did.
 // Exit 2: the tiling refused the problem.
 #include <cstdio>
 #include <cstring>
@@ -65,12 +65,16 @@ extern "C" void ms_rotary_partial_rotary_mul_positions(GM_ADDR, GM_ADDR, GM_ADDR
                                                        GM_ADDR);
 extern "C" void ms_rotary_partial_rotary_mul_positions_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
                                                             GM_ADDR, GM_ADDR);
+extern "C" void ms_rotary_partial_rotary_mul_positions_qk(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
+                                                          GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
+extern "C" void ms_rotary_partial_rotary_mul_positions_qk_grad(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
+                                                               GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
 
 int main(int argc, char **argv) {
   if (argc != 3 && argc != 4) return 1;
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  constexpr int kHeader = 21;
+  constexpr int kHeader = 22;
   if (bytes.size() < kHeader * sizeof(int64_t)) return 1;
   const int64_t *h = reinterpret_cast<const int64_t *>(bytes.data());
   ms_rotary_ascend::RotaryShape shape{};
@@ -93,12 +97,17 @@ int main(int argc, char **argv) {
   shape.positions.batch_axis = h[19];
   shape.positions.seq_axis = h[20];
   shape.positions.seq = shape.positions.seq_axis >= 0 && shape.positions.seq_axis < 3 ? shape.dy[h[20]] : -1;
+  shape.k_heads = h[21];
   ms_rotary_ascend::RotaryTiling t{};
   if (ms_rotary_ascend::compute_rotary_tiling(shape, core_num, shim::ub_limit, &t) != ms_rotary::kOk) {
     return 2;
   }
   const int64_t dy_bytes =
       shape.dy[0] * shape.dy[1] * shape.dy[2] * shape.dy[3] * ms_rotary::dtype_bytes(shape.dy_dtype_id);
+  int64_t k_bytes = shape.k_heads > 0 ? ms_rotary::dtype_bytes(shape.dy_dtype_id) : 0;  // dy's shape, k's heads
+  for (int i = 0; i < 4; ++i) {
+    k_bytes *= i == 3 - shape.positions.batch_axis - shape.positions.seq_axis ? shape.k_heads : shape.dy[i];
+  }
   const int64_t cos_bytes =
       shape.cos[0] * shape.cos[1] * shape.cos[2] * shape.cos[3] * ms_rotary::dtype_bytes(shape.cos_dtype_id);
   const int64_t positions_count = shape.gathers ? shape.positions.channels * shape.positions.batch *
@@ -107,17 +116,19 @@ int main(int argc, char **argv) {
                                                   ms_rotary::dtype_bytes(shape.cos_dtype_id) : 0;
   // Separate exact-size copies, so AddressSanitizer catches any access outside each tensor.
   const bool zeros = bytes.size() == kHeader * sizeof(int64_t);
-  const int64_t payload_bytes = dy_bytes + 2 * cos_bytes + positions_count * 8 + masks_bytes;
+  const int64_t payload_bytes = dy_bytes + k_bytes + 2 * cos_bytes + positions_count * 8 + masks_bytes;
   if (!zeros && static_cast<int64_t>(bytes.size()) != kHeader * 8 + payload_bytes) return 1;
   const char *payload = bytes.data() + kHeader * sizeof(int64_t);
-  std::vector<uint8_t> dy(dy_bytes), cos(cos_bytes), sin(cos_bytes);
+  std::vector<uint8_t> dy(dy_bytes), k(k_bytes), cos(cos_bytes), sin(cos_bytes);
   std::vector<int64_t> positions(positions_count);
   std::vector<uint8_t> masks(masks_bytes);
   if (!zeros) {
     std::memcpy(dy.data(), payload, dy_bytes);
-    std::memcpy(cos.data(), payload + dy_bytes, cos_bytes);
-    std::memcpy(sin.data(), payload + dy_bytes + cos_bytes, cos_bytes);
-    const char *gather_payload = payload + dy_bytes + 2 * cos_bytes;
+    if (k_bytes > 0) std::memcpy(k.data(), payload + dy_bytes, k_bytes);
+    const char *tables = payload + dy_bytes + k_bytes;
+    std::memcpy(cos.data(), tables, cos_bytes);
+    std::memcpy(sin.data(), tables + cos_bytes, cos_bytes);
+    const char *gather_payload = tables + 2 * cos_bytes;
     if (positions_count > 0) std::memcpy(positions.data(), gather_payload, positions_count * 8);
     if (masks_bytes > 0) std::memcpy(masks.data(), gather_payload + positions_count * 8, masks_bytes);
   } else {  // a prompt's positions: 0, 1, 2, ... along S (within the cache)
@@ -131,17 +142,24 @@ int main(int argc, char **argv) {
   auto *entry = shape.conjugate ? ms_rotary_partial_rotary_mul_grad : ms_rotary_partial_rotary_mul;
   auto *gather_entry =
       shape.conjugate ? ms_rotary_partial_rotary_mul_positions_grad : ms_rotary_partial_rotary_mul_positions;
+  auto *qk_entry =
+      shape.conjugate ? ms_rotary_partial_rotary_mul_positions_qk_grad : ms_rotary_partial_rotary_mul_positions_qk;
   const GM_ADDR tiling = reinterpret_cast<GM_ADDR>(&data);
   const int64_t launched = t.used_cores > 0 ? t.used_cores : 1;
   for (shim::block_idx = 0; shim::block_idx < launched; ++shim::block_idx) {
-    if (shape.gathers) {
-      gather_entry(dy.data(), cos.data(), sin.data(), reinterpret_cast<GM_ADDR>(positions.data()), masks.data(),
-                   dy.data(), nullptr, tiling);
+    const GM_ADDR positions_addr = reinterpret_cast<GM_ADDR>(positions.data());
+    if (shape.k_heads > 0) {
+      qk_entry(dy.data(), k.data(), cos.data(), sin.data(), positions_addr, masks.data(), dy.data(), k.data(),
+               nullptr, tiling);
+    } else if (shape.gathers) {
+      gather_entry(dy.data(), cos.data(), sin.data(), positions_addr, masks.data(), dy.data(), nullptr, tiling);
     } else {
       entry(dy.data(), cos.data(), sin.data(), dy.data(), nullptr, tiling);
     }
   }
-  std::ofstream(argv[2], std::ios::binary).write(reinterpret_cast<const char *>(dy.data()), dy_bytes);
+  std::ofstream out(argv[2], std::ios::binary);
+  out.write(reinterpret_cast<const char *>(dy.data()), dy_bytes);
+  out.write(reinterpret_cast<const char *>(k.data()), k_bytes);
   if (argc == 4) write_counts(argv[3], t);
   return 0;
 }

@@ -27,12 +27,17 @@ TILING_DATA_FIELD_DEF(int64_t, pitch);
 TILING_DATA_FIELD_DEF(int64_t, cacheRows);
 TILING_DATA_FIELD_DEF(int64_t, channels);
 TILING_DATA_FIELD_DEF(int64_t, channelStride);
+TILING_DATA_FIELD_DEF(int64_t, rowsQ);
+TILING_DATA_FIELD_DEF(int64_t, kSeq);
+TILING_DATA_FIELD_DEF(int64_t, kHeads);
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMul, PartialRotaryTilingData)
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulGrad, PartialRotaryTilingData)
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulPositions, PartialRotaryTilingData)
 REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulPositionsGrad, PartialRotaryTilingData)
+REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulPositionsQK, PartialRotaryTilingData)
+REGISTER_TILING_DATA_CLASS(MsRotaryPartialRotaryMulPositionsQKGrad, PartialRotaryTilingData)
 }  // namespace optiling
 
 #endif  // MS_ROTARY_ASCEND_INPLACE_PARTIAL_ROTARY_MUL_TILING_H_

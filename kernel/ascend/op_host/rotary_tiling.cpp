@@ -10,10 +10,16 @@ int64_t align_up(int64_t value, int64_t to) { return (value + to - 1) / to * to;
 int64_t cos_rows_for_block(const RotaryTiling &t, int64_t rows) {
   if (t.cos_n_stride != 0) return rows;  // one cos row per dy row
   // Rows share a cos row within a run of `group` consecutive rows; a block starting anywhere touches at
-  // most (rows - 1) / group + 2 runs.
-  const int64_t group = t.cos_s_stride != 0 ? t.heads : t.cos_b_stride != 0 ? t.seq * t.heads : t.rows;
-  const int64_t runs = (rows - 1) / group + 2;
-  return runs < rows ? runs : rows;
+  // most (rows - 1) / group + 2 runs. q's and k's rows (their own head counts) each.
+  int64_t most = 0;
+  const int64_t dims[2][3] = {{t.seq, t.heads, t.rows_q}, {t.k_seq, t.k_heads, t.rows - t.rows_q}};
+  for (const auto &d : dims) {
+    if (d[2] == 0) continue;
+    const int64_t group = t.cos_s_stride != 0 ? d[1] : t.cos_b_stride != 0 ? d[0] * d[1] : d[2];
+    const int64_t runs = (rows - 1) / group + 2;
+    most = runs > most ? runs : most;
+  }
+  return most < rows ? most : rows;
 }
 
 int64_t ub_bytes_for_block(const RotaryShape &shape, const RotaryTiling &t, int64_t rows) {
@@ -51,14 +57,28 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
                     : ms_rotary::check_shapes(shape.dy, shape.cos, shape.cos, dy_bytes, cos_bytes, shape.rotary_mode,
                                               shape.start, shape.end);
   if (status != ms_rotary::kOk) return status;
+  int64_t k_dy[4] = {0, 0, 0, 0};  // k's shape: q's with k's heads
+  if (shape.k_heads != 0) {
+    const int64_t heads_axis = 3 - shape.positions.batch_axis - shape.positions.seq_axis;
+    if (!shape.gathers || shape.k_heads < 0) return ms_rotary::kBadPositions;
+    for (int i = 0; i < 4; ++i) k_dy[i] = i == heads_axis ? shape.k_heads : shape.dy[i];
+    const ms_rotary::Status k_status = ms_rotary::check_positions_shape(
+        k_dy, shape.cos, shape.cos, dy_bytes, cos_bytes, shape.rotary_mode, shape.start, shape.end, shape.positions);
+    if (k_status != ms_rotary::kOk) return k_status;
+  }
   const int64_t head_dim = shape.dy[3];
   const int64_t len = shape.end - shape.start;
 
   RotaryTiling t{};
-  t.rows = shape.dy[0] * shape.dy[1] * shape.dy[2];
-  if (ms_rotary::is_empty_work(shape.dy, shape.cos, shape.start, shape.end)) t.rows = 0;
+  const auto work_rows = [&](const int64_t *dy) {  // a tensor's rows, 0 for empty work (or no k)
+    return dy[3] == 0 || ms_rotary::is_empty_work(dy, shape.cos, shape.start, shape.end) ? 0 : dy[0] * dy[1] * dy[2];
+  };
+  t.rows_q = work_rows(shape.dy);
+  t.rows = t.rows_q + work_rows(k_dy);
   t.seq = shape.dy[1];
   t.heads = shape.dy[2];
+  t.k_seq = k_dy[1];
+  t.k_heads = k_dy[2];
   t.head_dim = head_dim;
   t.start = shape.start;
   t.len = len;
@@ -80,10 +100,13 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
     return ms_rotary::kOk;
   }
   t.used_cores = t.rows < core_num ? t.rows : core_num;  // more cores than rows: one row each
-  t.rows_per_core = t.rows / t.used_cores;
-  t.big_cores = t.rows % t.used_cores;
+  // q's (dy's) rows split over the cores (ms_rotary::core_share); the q+k ops split k's alike after them
+  t.rows_per_core = t.rows_q / t.used_cores;
+  t.big_cores = t.rows_q % t.used_cores;
   t.pitch = register_path ? len : align_up(len, 16);  // rows 32-byte aligned in every dtype, and in fp32
-  const int64_t most = t.rows_per_core + (t.big_cores > 0 ? 1 : 0);
+  const int64_t rows_k = t.rows - t.rows_q, most_q = (t.rows_q + t.used_cores - 1) / t.used_cores;
+  const int64_t most_k = (rows_k + t.used_cores - 1) / t.used_cores;
+  const int64_t most = most_q > most_k ? most_q : most_k;  // the most rows a core takes of one tensor
   int64_t rows = most < ms_rotary::kMaxCopyBlocks ? most : ms_rotary::kMaxCopyBlocks;
   if (ub_bytes_for_block(shape, t, 1) > ub_bytes) return ms_rotary::kNoUbRoom;
   int64_t fits = 1;  // bytes grow with rows: bisect for the largest block that fits

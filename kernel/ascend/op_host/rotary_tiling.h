@@ -21,17 +21,21 @@ struct RotaryShape {
   bool arch35;           // an Ascend 950: the register-based kernel where the slice fits it
   bool gathers;          // cos/sin rows by position: cos is a cache [1, P, 1, L] (rotary_rules.h)
   ms_rotary::PositionsShape positions;  // with `gathers`
+  int64_t k_heads;       // with `gathers`: k rotated in the same launch, dy's shape (q's) with this many heads
+                         // on its heads axis (the one neither positions axis names); 0: no k
 };
 
 struct RotaryTiling {
-  int64_t rows;           // B*S*N rows, split across cores
-  int64_t seq, heads;     // S, N: to find a row's cos row
+  int64_t rows;           // B*S*N rows (q's, then k's), split across cores
+  int64_t seq, heads;     // dy's (q's) second and third dimensions: to find a row's cos row
+  int64_t rows_q;         // the rows of dy (q); those after them are k's
+  int64_t k_seq, k_heads; // k's second and third dimensions (0 without k)
   int64_t head_dim;       // D: the stride between rows of dy
   int64_t start, len;     // the slice
   int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // in cos rows, 0 on broadcast axes; gathering: in tokens
                                                       // of the positions (ms_rotary::positions_strides)
   int64_t used_cores;
-  int64_t rows_per_core;  // cores [0, big_cores) take one row more
+  int64_t rows_per_core;  // q's (dy's) rows a core takes; cores [0, big_cores) take one more
   int64_t big_cores;
   int64_t rows_per_loop;  // rows per block: moved by one strided copy, rotated by one instruction per step
   int64_t cos_rows_per_loop;  // most distinct cos rows one block reads (fewer when cos broadcasts over rows)

@@ -5,5 +5,5 @@ extern "C" __global__ __aicore__ void ms_rotary_partial_rotary_mul(GM_ADDR dy, G
                                                                  GM_ADDR /*dy_out: dy itself*/, GM_ADDR /*workspace*/,
                                                                  GM_ADDR tiling) {
   GET_TILING_DATA(tilingData, tiling);
-  MS_ROTARY_DISPATCH(0, tilingData, nullptr, nullptr)
+  MS_ROTARY_DISPATCH(0, tilingData, nullptr, nullptr, nullptr)
 }

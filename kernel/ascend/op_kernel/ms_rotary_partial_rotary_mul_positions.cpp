@@ -7,5 +7,5 @@ extern "C" __global__ __aicore__ void ms_rotary_partial_rotary_mul_positions(GM_
                                                                            GM_ADDR /*dy_out: dy itself*/,
                                                                            GM_ADDR /*workspace*/, GM_ADDR tiling) {
   GET_TILING_DATA(tilingData, tiling);
-  MS_ROTARY_DISPATCH(0, tilingData, positions, lane_masks)
+  MS_ROTARY_DISPATCH(0, tilingData, nullptr, positions, lane_masks)
 }

@@ -9,5 +9,5 @@ extern "C" __global__ __aicore__ void ms_rotary_partial_rotary_mul_positions_gra
                                                                                 GM_ADDR /*workspace*/,
                                                                                 GM_ADDR tiling) {
   GET_TILING_DATA(tilingData, tiling);
-  MS_ROTARY_DISPATCH(1, tilingData, positions, lane_masks)
+  MS_ROTARY_DISPATCH(1, tilingData, nullptr, positions, lane_masks)
 }

@@ -71,6 +71,12 @@ class PartialRotaryKernel {
  private:
   friend struct ms_rotary_ascend::Blocks;  // runs CopyIn, Compute, CopyOut per block
 
+  // The q+k ops: from here on the rows are k's (its tensor, its seq and heads in `t`).
+  __aicore__ inline void SetTensor(GM_ADDR dy, const Tiling &t) {
+    tiling_ = t;
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TDy *>(dy));
+  }
+
   // ---- gather tables and the sign row, one row each, replicated over the block ----
 
   // dst = 1 on the odd groups of g lanes (the b lanes), 0 on the even ones, for lane indices idx.
@@ -511,7 +517,7 @@ class PartialRotaryKernel {
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)                                              \
   if (TILING_KEY_IS(ms_rotary::kRegisterPathKeys + MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                  \
     ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::arch35::PartialRotaryKernel<mode, conj, TDy, TCos>>(    \
-        dy, cos, sin, kernelPositions, kernelLaneMasks, kernelTiling);                                        \
+        dy, kernelK, cos, sin, kernelPositions, kernelLaneMasks, kernelTiling);                               \
   }
 #else
 #define MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
@@ -523,7 +529,7 @@ class PartialRotaryKernel {
 #define MS_ROTARY_CASE(conj, mode, dyi, TDy, cosi, TCos)                                                     \
   if (TILING_KEY_IS(MS_ROTARY_KEY(mode, conj, dyi, cosi))) {                                                  \
     ms_rotary_ascend::Blocks::Run<ms_rotary_ascend::PartialRotaryKernel<mode, conj, TDy, TCos>>(            \
-        dy, cos, sin, kernelPositions, kernelLaneMasks, kernelTiling);                                        \
+        dy, kernelK, cos, sin, kernelPositions, kernelLaneMasks, kernelTiling);                               \
   }                                                                                                           \
   MS_ROTARY_CASE_ARCH35(conj, mode, dyi, TDy, cosi, TCos)
 #define MS_ROTARY_CASE_COS(conj, mode, dyi, TDy)                                                              \
@@ -536,11 +542,13 @@ class PartialRotaryKernel {
   MS_ROTARY_CASE_COS(conj, mode, 2, bfloat16_t)
 // Vector cores only (KERNEL_TYPE_AIV_ONLY): a launch then starts no cube cores, whose start-up would add to
 // the head cost of this pure vector op (asc-devkit guide, 设置合适的核数和算子Kernel类型).
-// positions, laneMasks: the inputs of an op that gathers cos/sin rows by position, else nullptr. (Not `const
-// GM_ADDR`: GM_ADDR is a macro in CANN, which would make the bytes const, not the pointer.)
-#define MS_ROTARY_DISPATCH(conj, generatedTiling, positions, laneMasks)                                       \
+// k: the q+k ops' second tensor; positions, laneMasks: the inputs of an op that gathers cos/sin rows by
+// position; else nullptr. (Not `const GM_ADDR`: GM_ADDR is a macro in CANN, which would make the bytes const,
+// not the pointer.)
+#define MS_ROTARY_DISPATCH(conj, generatedTiling, k, positions, laneMasks)                                    \
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);                                                             \
   const ms_rotary_ascend::Tiling kernelTiling = ms_rotary_ascend::ReadTiling(generatedTiling);                \
+  GM_ADDR kernelK = k;                                                                                        \
   GM_ADDR kernelPositions = positions;                                                                        \
   GM_ADDR kernelLaneMasks = laneMasks;                                                                        \
   MS_ROTARY_CASE_DY(conj, 0)                                                                                  \

@@ -239,6 +239,12 @@ class PartialRotaryKernel {
  private:
   friend struct ms_rotary_ascend::Blocks;  // runs CopyIn, Compute, CopyOut per block
 
+  // The q+k ops: from here on the rows are k's (its tensor, its seq and heads in `t`).
+  __aicore__ inline void SetTensor(GM_ADDR dy, const Tiling &t) {
+    tiling_ = t;
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ TDy *>(dy));
+  }
+
   // One strided copy per region of a layout, `rows` rows of dy from row0, GM -> UB or UB -> GM.
   template <int32_t LAYOUT>
   __aicore__ inline void CopyRegionsIn(const LocalTensor<TDy> &ub, int64_t row0, int64_t rows) {

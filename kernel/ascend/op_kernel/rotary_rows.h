@@ -90,22 +90,37 @@ class CosRuns {
 
 // What both kernels do with their stages (each kernel declares it a friend): this core's rows in blocks of
 // rowsPerLoop, each copied in, computed and copied out, the kernels' queues letting successive blocks overlap.
+// The q+k ops split q's rows over the cores, then k's (ms_rotary::core_share): each core moves to k's tensor and
+// dimensions after its share of q, as two launches would split them but in one.
 struct Blocks {
-  // positions (int64) and laneMasks (int16): the inputs of the ops that gather by position, else null.
+  // positions (int64) and laneMasks (int16): the inputs of the ops that gather by position, else null; k: the
+  // second tensor of the q+k ops, else null.
   template <typename Kernel>
-  __aicore__ static inline void Run(GM_ADDR dy, GM_ADDR cos, GM_ADDR sin, GM_ADDR positions, GM_ADDR laneMasks,
-                                    const Tiling &t) {
+  __aicore__ static inline void Run(GM_ADDR dy, GM_ADDR k, GM_ADDR cos, GM_ADDR sin, GM_ADDR positions,
+                                    GM_ADDR laneMasks, const Tiling &t) {
     const int64_t core = AscendC::GetBlockIdx();
     if (t.rows == 0 || core >= t.usedCores) return;  // empty work, or an idle core
+    Tiling segment = t;  // q's (dy's) rows
+    segment.rows = t.rowsQ;
     Kernel kernel;
-    kernel.Init(dy, cos, sin, positions, laneMasks, t);
-    const int64_t first = core * t.rowsPerCore + (core < t.bigCores ? core : t.bigCores);
-    const int64_t count = t.rowsPerCore + (core < t.bigCores ? 1 : 0);
-    for (int64_t done = 0; done < count; done += t.rowsPerLoop) {
-      const int64_t rows = count - done < t.rowsPerLoop ? count - done : t.rowsPerLoop;
-      const int64_t slots = kernel.CopyIn(first + done, rows);
-      kernel.Compute(first + done, rows, slots);
-      kernel.CopyOut(first + done, rows);
+    kernel.Init(dy, cos, sin, positions, laneMasks, segment);
+    RunShare(kernel, ms_rotary::core_share(t.rowsQ, t.usedCores, core));
+    if (t.rows > t.rowsQ) {  // k's rows
+      segment.rows = t.rows - t.rowsQ, segment.seq = t.kSeq, segment.heads = t.kHeads;
+      kernel.SetTensor(k, segment);
+      RunShare(kernel, ms_rotary::core_share(segment.rows, t.usedCores, core));
+    }
+  }
+
+ private:
+  template <typename Kernel>
+  __aicore__ static inline void RunShare(Kernel &kernel, const ms_rotary::CoreShare &share) {
+    const int64_t end = share.first + share.count, step = kernel.tiling_.rowsPerLoop;
+    for (int64_t row0 = share.first; row0 < end; row0 += step) {
+      const int64_t rows = end - row0 < step ? end - row0 : step;
+      const int64_t slots = kernel.CopyIn(row0, rows);
+      kernel.Compute(row0, rows, slots);
+      kernel.CopyOut(row0, rows);
     }
   }
 };

@@ -29,22 +29,27 @@ static RotaryShape make(int64_t B, int64_t S, int64_t N, int64_t D, int64_t star
   return s;
 }
 
-// Every row is owned by exactly one core, in order; each block fits the unified buffer and is the largest
-// that does (a smaller one costs instructions and copies per row).
+// Every row of q (dy) and of k is owned by exactly one core, in order (each tensor's rows split on their own);
+// each block fits the unified buffer and is the largest that does (a smaller one costs instructions and copies
+// per row).
 static void check_cover(const RotaryShape &shape, const RotaryTiling &t, int64_t cores, int64_t ub) {
-  int64_t next = 0;
-  for (int64_t c = 0; c < t.used_cores; ++c) {
-    const int64_t begin = c * t.rows_per_core + (c < t.big_cores ? c : t.big_cores);
-    const int64_t count = t.rows_per_core + (c < t.big_cores ? 1 : 0);
-    EXPECT(begin == next);
-    EXPECT(count >= 1);
-    next = begin + count;
+  int64_t most = 0;
+  for (const int64_t rows : {t.rows_q, t.rows - t.rows_q}) {
+    int64_t next = 0;
+    for (int64_t c = 0; c < t.used_cores; ++c) {
+      const ms_rotary::CoreShare share = ms_rotary::core_share(rows, t.used_cores, c);
+      EXPECT(share.first == next);
+      EXPECT(share.count >= (rows >= t.used_cores ? 1 : 0));
+      next = share.first + share.count;
+      most = share.count > most ? share.count : most;
+    }
+    EXPECT(next == rows);
   }
-  EXPECT(next == t.rows);
+  const ms_rotary::CoreShare first = ms_rotary::core_share(t.rows_q, t.used_cores, 0);
+  EXPECT(t.rows_per_core + (t.big_cores > 0 ? 1 : 0) == first.count);  // the tiling's q split is the kernel's
   EXPECT(t.used_cores <= cores);
   EXPECT(t.rows_per_loop >= 1 && t.rows_per_loop <= ms_rotary::kMaxCopyBlocks);
   EXPECT(ub_bytes_for_block(shape, t, t.rows_per_loop) <= ub);
-  const int64_t most = t.rows_per_core + (t.big_cores > 0 ? 1 : 0);
   EXPECT(t.rows_per_loop == (most < ms_rotary::kMaxCopyBlocks ? most : ms_rotary::kMaxCopyBlocks) ||
          ub_bytes_for_block(shape, t, t.rows_per_loop + 1) > ub);
   EXPECT(t.cos_rows_per_loop == cos_rows_for_block(t, t.rows_per_loop));
@@ -186,6 +191,17 @@ int main() {
     bad = s, bad.positions.channels = 4;
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
     bad = s, bad.positions.seq_axis = 0;
+    EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
+    RotaryShape qk = bnsd;  // q [2, 4, 5, 128] and k [2, 1, 5, 128] (BNSD: heads on axis 1) in one launch
+    qk.k_heads = 1;
+    EXPECT(compute_rotary_tiling(qk, 8, ub, &t) == ms_rotary::kOk);
+    EXPECT(t.rows_q == 40 && t.rows == 50 && t.k_seq == 1 && t.k_heads == 5 && t.seq == 4 && t.heads == 5);
+    check_cover(qk, t, 8, ub);
+    RotaryShape gqa = s;  // BSND q with 4 heads, k with 1: k's blocks read more distinct cos rows
+    gqa.k_heads = 1;
+    EXPECT(compute_rotary_tiling(gqa, 1, ub, &t) == ms_rotary::kOk && t.rows == 50 && t.k_heads == 1);
+    EXPECT(t.cos_rows_per_loop == t.rows_per_loop);  // k's one head: a cos row per row
+    bad = make(2, 5, 4, 128, 64, 128, 3), bad.k_heads = 1;  // k without gathering
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
   }
   if (failures) {
