@@ -70,8 +70,8 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
   const int64_t len = shape.end - shape.start;
 
   RotaryTiling t{};
-  const auto work_rows = [&](const int64_t *dy) {  // a tensor's rows, 0 for empty work (or no k)
-    return dy[3] == 0 || ms_rotary::is_empty_work(dy, shape.cos, shape.start, shape.end) ? 0 : dy[0] * dy[1] * dy[2];
+  const auto work_rows = [&](const int64_t *dy) {  // a tensor's rows, 0 for empty work (and for no k: all 0)
+    return ms_rotary::is_empty_work(dy, shape.cos, shape.start, shape.end) ? 0 : dy[0] * dy[1] * dy[2];
   };
   t.rows_q = work_rows(shape.dy);
   t.rows = t.rows_q + work_rows(k_dy);
