@@ -423,3 +423,36 @@ def test_random_launches_bit_for_bit(kernel_runner, tmp_path, seed, arch):
         if subprocess.run([kernel_runner, str(source), str(tmp_path / "o.bin")]).returncode == 2:
             pytest.skip("the tiling refuses this unified buffer for this row")  # too small a UB: refused
         raise
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", [2201, 3510])
+@pytest.mark.parametrize("seed", range(50))
+def test_random_gathering_launches_bit_for_bit(kernel_runner, tmp_path, seed, arch):
+    """Random launches of the ops that gather by position (-m slow: 100): layouts, positions per batch or
+    shared, one to three channels with random lane channels, k of its own head count or none, out-of-cache
+    positions, core counts and UB sizes."""
+    rng = np.random.default_rng(1000 + seed)
+    mode = int(rng.integers(4))
+    pairs = int(rng.choice([8, 12, 16, 32, 64]))
+    length = pairs * (4 if mode == 2 else 2)
+    head = length + int(rng.choice([0, 16, 64]))
+    start = int(rng.integers(head - length + 1))
+    axes = [(0, 1), (1, 0), (0, 2)][int(rng.integers(3))]
+    batch, seq, heads = (int(n) for n in rng.integers(1, [4, 12, 6]))
+    dy_shape = [0, 0, 0, head]
+    dy_shape[axes[0]], dy_shape[axes[1]], dy_shape[3 - sum(axes)] = batch, seq, heads
+    channels, cache = int(rng.choice([1, 1, 2, 3])), int(rng.integers(1, 64))
+    positions = rng.integers(-2, cache + 2, size=(channels, int(rng.choice([1, batch])), seq))
+    lanes = tuple(rng.integers(channels, size=length)) if channels > 1 else None
+    dy_dtype, cos_dtype = (list(DTYPE_IDS)[int(i)] for i in rng.integers(3, size=2))
+    cores, ub_bytes = int(rng.choice([1, 2, 3, 7, 72])), int(rng.choice([16 * 1024, 64 * 1024, UB_BYTES]))
+    try:
+        run_on_host(kernel_runner, tmp_path, bool(rng.integers(2)), mode, dy_dtype, cos_dtype, tuple(dy_shape),
+                    (1, cache, 1, length), start, start + length, cores, ub_bytes, seed, arch, positions=positions,
+                    axes=axes, lane_channels=lanes, k_heads=int(rng.integers(0, 4)))
+    except AssertionError:
+        source = tmp_path / "in.bin"
+        if subprocess.run([kernel_runner, str(source), str(tmp_path / "o.bin")]).returncode == 2:
+            pytest.skip("the tiling refuses this unified buffer for this row")
+        raise
