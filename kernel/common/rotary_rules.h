@@ -103,9 +103,9 @@ constexpr int64_t register_cos_slot(int64_t mode, int64_t len) {
 #define MS_ROTARY_TILING_FIELDS(X)                                                            \
   X(rows, rows) X(seq, seq) X(heads, heads) X(head_dim, headDim) X(start, start) X(len, len) \
   X(cos_b_stride, cosBStride) X(cos_s_stride, cosSStride) X(cos_n_stride, cosNStride)       \
-  X(used_cores, usedCores) X(rows_per_core, rowsPerCore) X(big_cores, bigCores)             \
+  X(used_cores, usedCores)                                                                   \
   X(rows_per_loop, rowsPerLoop) X(cos_rows_per_loop, cosRowsPerLoop) X(pitch, pitch)         \
-  X(cache_rows, cacheRows) X(channels, channels) X(channel_stride, channelStride)                   \
+  X(cache_rows, cacheRows) X(channels, channels) X(channel_stride, channelStride)             \
   X(rows_q, rowsQ) X(k_seq, kSeq) X(k_heads, kHeads)
 
 // Ascend: the rows [first, first + count) of `rows` that vector core `core` of `cores` takes: an even share,

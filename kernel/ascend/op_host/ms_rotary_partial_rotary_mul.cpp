@@ -218,8 +218,6 @@ class MsRotaryPartialRotaryMulPositionsGrad : public OpDef {
   }
 };
 
-OP_ADD(MsRotaryPartialRotaryMul);
-OP_ADD(MsRotaryPartialRotaryMulGrad);
 class MsRotaryPartialRotaryMulPositionsQK : public OpDef {
  public:
   explicit MsRotaryPartialRotaryMulPositionsQK(const char *name) : OpDef(name) {
@@ -234,6 +232,8 @@ class MsRotaryPartialRotaryMulPositionsQKGrad : public OpDef {
   }
 };
 
+OP_ADD(MsRotaryPartialRotaryMul);
+OP_ADD(MsRotaryPartialRotaryMulGrad);
 OP_ADD(MsRotaryPartialRotaryMulPositions);
 OP_ADD(MsRotaryPartialRotaryMulPositionsGrad);
 OP_ADD(MsRotaryPartialRotaryMulPositionsQK);

@@ -19,8 +19,6 @@ TILING_DATA_FIELD_DEF(int64_t, cosBStride);
 TILING_DATA_FIELD_DEF(int64_t, cosSStride);
 TILING_DATA_FIELD_DEF(int64_t, cosNStride);
 TILING_DATA_FIELD_DEF(int64_t, usedCores);
-TILING_DATA_FIELD_DEF(int64_t, rowsPerCore);
-TILING_DATA_FIELD_DEF(int64_t, bigCores);
 TILING_DATA_FIELD_DEF(int64_t, rowsPerLoop);
 TILING_DATA_FIELD_DEF(int64_t, cosRowsPerLoop);
 TILING_DATA_FIELD_DEF(int64_t, pitch);

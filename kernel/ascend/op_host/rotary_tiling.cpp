@@ -100,13 +100,11 @@ ms_rotary::Status compute_rotary_tiling(const RotaryShape &shape, int64_t core_n
     return ms_rotary::kOk;
   }
   t.used_cores = t.rows < core_num ? t.rows : core_num;  // more cores than rows: one row each
-  // q's (dy's) rows split over the cores (ms_rotary::core_share); the q+k ops split k's alike after them
-  t.rows_per_core = t.rows_q / t.used_cores;
-  t.big_cores = t.rows_q % t.used_cores;
   t.pitch = register_path ? len : align_up(len, 16);  // rows 32-byte aligned in every dtype, and in fp32
-  const int64_t rows_k = t.rows - t.rows_q, most_q = (t.rows_q + t.used_cores - 1) / t.used_cores;
-  const int64_t most_k = (rows_k + t.used_cores - 1) / t.used_cores;
-  const int64_t most = most_q > most_k ? most_q : most_k;  // the most rows a core takes of one tensor
+  // the most rows a core takes of one tensor: core 0's share (ms_rotary::core_share) of q's rows or of k's
+  const int64_t most_q = ms_rotary::core_share(t.rows_q, t.used_cores, 0).count;
+  const int64_t most_k = ms_rotary::core_share(t.rows - t.rows_q, t.used_cores, 0).count;
+  const int64_t most = most_q > most_k ? most_q : most_k;
   int64_t rows = most < ms_rotary::kMaxCopyBlocks ? most : ms_rotary::kMaxCopyBlocks;
   if (ub_bytes_for_block(shape, t, 1) > ub_bytes) return ms_rotary::kNoUbRoom;
   int64_t fits = 1;  // bytes grow with rows: bisect for the largest block that fits

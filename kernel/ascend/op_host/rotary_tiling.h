@@ -35,8 +35,6 @@ struct RotaryTiling {
   int64_t cos_b_stride, cos_s_stride, cos_n_stride;  // in cos rows, 0 on broadcast axes; gathering: in tokens
                                                       // of the positions (ms_rotary::positions_strides)
   int64_t used_cores;
-  int64_t rows_per_core;  // q's (dy's) rows a core takes; cores [0, big_cores) take one more
-  int64_t big_cores;
   int64_t rows_per_loop;  // rows per block: moved by one strided copy, rotated by one instruction per step
   int64_t cos_rows_per_loop;  // most distinct cos rows one block reads (fewer when cos broadcasts over rows)
   int64_t pitch;          // elements between rows of a block in the unified buffer: len rounded up to 16

@@ -29,6 +29,11 @@ static RotaryShape make(int64_t B, int64_t S, int64_t N, int64_t D, int64_t star
   return s;
 }
 
+// Rows of q (dy) core `core` takes: what the kernel splits by ms_rotary::core_share.
+static int64_t share(const RotaryTiling &t, int64_t core) {
+  return ms_rotary::core_share(t.rows_q, t.used_cores, core).count;
+}
+
 // Every row of q (dy) and of k is owned by exactly one core, in order (each tensor's rows split on their own);
 // each block fits the unified buffer and is the largest that does (a smaller one costs instructions and copies
 // per row).
@@ -45,8 +50,6 @@ static void check_cover(const RotaryShape &shape, const RotaryTiling &t, int64_t
     }
     EXPECT(next == rows);
   }
-  const ms_rotary::CoreShare first = ms_rotary::core_share(t.rows_q, t.used_cores, 0);
-  EXPECT(t.rows_per_core + (t.big_cores > 0 ? 1 : 0) == first.count);  // the tiling's q split is the kernel's
   EXPECT(t.used_cores <= cores);
   EXPECT(t.rows_per_loop >= 1 && t.rows_per_loop <= ms_rotary::kMaxCopyBlocks);
   EXPECT(ub_bytes_for_block(shape, t, t.rows_per_loop) <= ub);
@@ -91,25 +94,25 @@ int main() {
   {  // one row
     RotaryShape s = make(1, 1, 1, 64, 0, 64);
     EXPECT(compute_rotary_tiling(s, 40, ub, &t) == ms_rotary::kOk);
-    EXPECT(t.used_cores == 1 && t.rows_per_core == 1 && t.big_cores == 0);
+    EXPECT(t.used_cores == 1 && share(t, 0) == 1);
     check_cover(s, t, 40, ub);
   }
   {  // more cores than rows: one row per core
     RotaryShape s = make(1, 3, 2, 32, 0, 32);
     EXPECT(compute_rotary_tiling(s, 48, ub, &t) == ms_rotary::kOk);
-    EXPECT(t.used_cores == 6 && t.rows_per_core == 1 && t.big_cores == 0);
+    EXPECT(t.used_cores == 6 && share(t, 0) == 1 && share(t, 5) == 1);
     check_cover(s, t, 48, ub);
   }
   {  // uneven split: 10 rows over 4 cores -> 3, 3, 2, 2
     RotaryShape s = make(1, 5, 2, 32, 0, 32);
     EXPECT(compute_rotary_tiling(s, 4, ub, &t) == ms_rotary::kOk);
-    EXPECT(t.rows_per_core == 2 && t.big_cores == 2);
+    EXPECT(share(t, 0) == 3 && share(t, 1) == 3 && share(t, 2) == 2 && share(t, 3) == 2);
     check_cover(s, t, 4, ub);
   }
   {  // a small unified buffer forces several loops per core, never more than fit
     RotaryShape s = make(2, 64, 4, 128, 64, 128, 3);
     EXPECT(compute_rotary_tiling(s, 2, 8192, &t) == ms_rotary::kOk);
-    EXPECT(t.rows_per_loop < t.rows_per_core);
+    EXPECT(t.rows_per_loop < share(t, t.used_cores - 1));
     check_cover(s, t, 2, 8192);
   }
   {  // huge row count: rows per loop capped by the DMA block count
