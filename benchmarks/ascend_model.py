@@ -39,9 +39,7 @@ import tarfile
 import tempfile
 
 from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES
-from ms_rotary.kernels import AscendKernel
-
-DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
+from ms_rotary.targets.ascend import DTYPE_IDS  # the Ascend kernel's dtype ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,19 +130,41 @@ def build_runner(kernel, out):
     return out
 
 
+def runner_input(payload=b"", **fields):
+    """The host runner's input (kernel/ascend/host_shim/run_kernel_host.cpp): its fields by name on one line
+    (lists: dy, cos), then the tensors' bytes."""
+    line = " ".join(f"{name}={','.join(map(str, value)) if isinstance(value, (list, tuple)) else int(value)}"
+                    for name, value in fields.items())
+    return line.encode() + b"\n" + payload
+
+
+# Runners of revisions before the named header (`--against REV`) read these, in this order, as int64 values.
+_POSITIONAL_HEADER = ("conjugate", "mode", "dy_dtype", "cos_dtype", "dy", "cos", "start", "end", "cores",
+                      "ub_bytes", "npu_arch", "channels", "positions_batch", "batch_axis", "seq_axis", "k_heads")
+
+
+def _positional(fields):
+    values = [v for name in _POSITIONAL_HEADER for v in (fields[name] if name in ("dy", "cos") else [fields[name]])]
+    return b"".join(int(v).to_bytes(8, "little", signed=True) for v in values)
+
+
 def count(runner, work, case, backward, chip, npu_arch=None, gathers=False, k_heads=0):
     """The runner's counts for a launch of `case` on `chip` (as an `npu_arch` chip, if given); `gathers`: by
     the ops that read cos/sin rows by position (a prompt's 0, 1, 2, ...) from the cache `case` names as cos,
     with k_heads: the q+k op, k of that many heads in the same launch."""
     _, dy, cos, (start, end), mode, dtype = case
-    header = [int(backward), mode, DTYPE_IDS[dtype], DTYPE_IDS[dtype], *dy, *cos, start, end, chip.vector_cores,
-              chip.ub_bytes, npu_arch or chip.npu_arch, int(gathers), 1, 0, 1, k_heads]  # one channel, BSND
+    fields = dict(conjugate=backward, mode=mode, dy_dtype=DTYPE_IDS[dtype], cos_dtype=DTYPE_IDS[dtype], dy=dy, cos=cos,
+                  start=start, end=end, cores=chip.vector_cores, ub_bytes=chip.ub_bytes,
+                  npu_arch=npu_arch or chip.npu_arch, channels=int(gathers), positions_batch=1, batch_axis=0,
+                  seq_axis=1, k_heads=k_heads)  # one channel, BSND; no tensors: zeros
     source, counts = os.path.join(work, "in.bin"), os.path.join(work, "counts.json")
-    # runners before the q+k ops read no k_heads, before the gathering ops no positions fields, before the 950's
-    # kernel no npu_arch
-    for values in (header,) if gathers else (header, header[:-1], header[:-5], header[:-6]):
+    # older runners: positional, before the q+k ops no k_heads, before the gathering ops no positions fields,
+    # before the 950's kernel no npu_arch
+    positional = _positional(fields)
+    legacy = () if gathers else (positional, positional[:-8], positional[:-40], positional[:-48])
+    for header in (runner_input(**fields), *legacy):
         with open(source, "wb") as f:
-            f.write(b"".join(v.to_bytes(8, "little", signed=True) for v in values))  # header only: zero tensors
+            f.write(header)
         if subprocess.run([runner, source, os.devnull, counts]).returncode == 0:
             with open(counts) as f:
                 return json.load(f)

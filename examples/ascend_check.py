@@ -83,8 +83,8 @@ def check_layer_case(kind, dy_dtype, cache_dtype, start, end, rng):
     batch, seq = LAYER_POSITIONS.shape
     q, k, w = (tensor(rng.uniform(-1, 1, (batch, seq, heads, DY_SHAPE[3])), dy_dtype) for heads in (4, 2, 4))
     positions = ms.Tensor(taken)
-    lanes = np.zeros(end - start, np.int64) if layer.rotate_q.call.lane_channels is None else \
-        np.array(layer.rotate_q.call.lane_channels)
+    lanes = np.zeros(end - start, np.int64) if layer.rotate_q.call.cache.lane_channels is None else \
+        np.array(layer.rotate_q.call.cache.lane_channels)
     cos, sin = (np.take_along_axis(host(t)[0, :, 0][channels], lanes.reshape(1, 1, 1, -1), 0)[0][:, :, None]
                 for t in (layer.cos_cache, layer.sin_cache))  # each lane at its channel's position
     q_rot, k_rot = layer(q, k, positions)

@@ -1,10 +1,12 @@
 """Every input rule of the operator, in one place. Each broken rule raises ValueError/TypeError naming the
-argument, the value and the rule, before any kernel runs. Used by the infer functions (both modes) and
-by the eager entry (rules only a live tensor can show: type, contiguity, aliasing)."""
+argument, the value and the rule, before any kernel runs. Used by the infer functions (both modes), by a
+traced call's construct at compile time (the positions' form) and by the eager entry (rules only a live tensor
+can show: type, contiguity, aliasing, the positions' values)."""
 import math
 import numbers
 
 import mindspore as ms
+import numpy as np
 
 from .modes import MODE_NAMES
 
@@ -12,6 +14,7 @@ MAX_HEAD_DIM = 1024
 FLOAT_DTYPES = (ms.float32, ms.float16, ms.bfloat16)
 INT64_MAX = 2**63 - 1  # partial_slice values and tensor byte counts travel as int64
 _PREFIX = "ms_rotary"
+LAYER = "ms_rotary.RotaryEmbedding"  # the prefix of the positions' rules: only the layer reads a cache
 
 
 def normalize_mode(rotary_mode):
@@ -104,7 +107,10 @@ def check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_
 
 
 def _dtype_name(dtype):
-    return str(dtype).replace("mindspore.", "").lower()  # Float32 -> float32, as users spell it
+    """float32 (as users spell it) from ms.float32, the TensorType an infer function receives, or a numpy dtype."""
+    if hasattr(dtype, "element_type"):
+        dtype = dtype.element_type()
+    return getattr(dtype, "name", None) or str(dtype).replace("mindspore.", "").lower()
 
 
 def element_dtype(dtype):
@@ -145,25 +151,136 @@ def require_whole_storage(dy, dy_name="dy"):
                          f"and use the result, or call the op in PyNative")
 
 
-def check_eager_inputs(dy, cos, sin, dy_name="dy", in_place=True, writes_memory=True):
-    """Rules a live tensor shows: types; an in-place call's dy contiguous, and, when the call writes its
-    memory, not overlapping cos/sin. A tensor made with `init=` and not yet materialised is materialised
-    here, as a graph does with its inputs: without it, an eager kernel would read no memory at all."""
-    for name, value in ((dy_name, dy), ("cos", cos), ("sin", sin)):
+def check_eager_inputs(tensors, names, cos, sin, in_place=True, writes_memory=True):
+    """Rules live tensors show: types; an in-place call's rotated tensors contiguous, and, when the call writes
+    their memory, apart from each other and from cos/sin. A tensor made with `init=` and not yet materialised
+    is materialised here, as a graph does with its inputs: without it, an eager kernel would read no memory."""
+    for name, value in zip((*names, "cos", "sin"), (*tensors, cos, sin)):
         if not isinstance(value, ms.Tensor):
             raise TypeError(f"{_PREFIX}: {name} must be a mindspore.Tensor, got {type(value).__name__}")
         if value.init is not None:
             value.init_data()
     if not in_place:
         return
-    require_contiguous(dy, dy_name)
-    if not writes_memory or dy.size == 0:
+    for tensor, name in zip(tensors, names):
+        require_contiguous(tensor, name)
+    if not writes_memory:
         return
-    dy_lo, dy_hi = _byte_range(dy)
-    for name, value in (("cos", cos), ("sin", sin)):
-        if value.size == 0:
-            continue
-        lo, hi = _byte_range(value)
-        if lo < dy_hi and dy_lo < hi:
-            raise ValueError(f"{_PREFIX}: {name} shares memory with {dy_name}; the op writes {dy_name} in place, "
-                             f"pass a separate cos/sin tensor")
+    written = [(tensor, name) for tensor, name in zip(tensors, names) if tensor.size]
+    for index, (tensor, name) in enumerate(written):
+        for other, other_name in [*written[index + 1:], (cos, "cos"), (sin, "sin")]:
+            if other.size and _overlap(tensor, other):
+                raise ValueError(f"{_PREFIX}: {other_name} shares memory with {name}; the op writes {name} in place, "
+                                 f"pass {other_name} in memory of its own")
+
+
+def _overlap(a, b):
+    a_lo, a_hi = _byte_range(a)
+    b_lo, b_hi = _byte_range(b)
+    return a_lo < b_hi and b_lo < a_hi
+
+
+# --- positions: a cache read at each token's position (RotaryEmbedding) ----------------------------------
+# The forms a layer takes, by position channels a token: (shapes in words, the shape for q's B and S, what).
+_POSITIONS_FORMS = {1: ("[S] or [B, S]", "[{b}, {s}]", ""),
+                    2: ("[S, 2] or [B, S, 2]", "[{b}, {s}, 2]", " (quarter mode: token and block position)"),
+                    3: ("[3, S] or [3, B, S]", "[3, {b}, {s}]", " (M-RoPE: time, height, width)")}
+# Integer dtypes whose every value int64 holds (uint64 does not: 2**64 - 1 would read as -1).
+POSITION_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
+
+
+def positions_rule(channels, batch=None, seq=None):
+    """The positions a layer takes, with q's B and S when known."""
+    forms, shape, what = _POSITIONS_FORMS[channels]
+    return forms + (f" = {shape.format(b=batch, s=seq)}" if batch is not None else "") + what
+
+
+def positions_form(shape, dtype, channels):
+    """Checks the caller's positions (positions_rule) and tells whether their channel axis is last (quarter
+    mode: moved first for the kernels); raises naming the rule. Shared by the eager path and a traced call
+    (there at compile time: shape and dtype are constants)."""
+    shape, name = tuple(shape), _dtype_name(dtype)
+    if name not in POSITION_DTYPES:
+        raise TypeError(f"{LAYER}: positions must hold integers ({', '.join(POSITION_DTYPES)}), got dtype {name}"
+                        + ("; cast them to int64" if name == "uint64" else ""))
+    fits = {1: len(shape) in (1, 2),
+            2: len(shape) in (2, 3) and shape[-1] == 2,
+            3: len(shape) in (2, 3) and shape[0] == 3}[channels]
+    if not fits:
+        raise ValueError(f"{LAYER}: positions of shape {shape} must be {positions_rule(channels)}")
+    return channels == 2
+
+
+def kernel_positions(positions, channels):
+    """positions in the caller's form (a tensor, a numpy array or a list) -> the kernels' form: int64, channels
+    first ([S], [B, S], [channels, S] or [channels, B, S]; positions_view reads it as 3-D). One function for
+    the eager path (numpy stays numpy, read on the host) and a traced call (a tensor, or a list or array
+    that becomes a constant): both spell astype and transpose alike."""
+    if not isinstance(positions, (ms.Tensor, np.ndarray)):
+        positions = np.asarray(positions) if len(positions) else np.zeros(0, np.int64)
+    channel_last = positions_form(positions.shape, positions.dtype, channels)
+    if _dtype_name(positions.dtype) != "int64":
+        positions = positions.astype(np.int64 if isinstance(positions, np.ndarray) else ms.int64)
+    if channel_last:
+        positions = positions.transpose(1, 0) if len(positions.shape) == 2 else positions.transpose(2, 0, 1)
+    return positions
+
+
+def positions_view(shape, channels):
+    """(channels, batch, S) of positions in the kernels' form (kernel_positions), or None if it is not one."""
+    shape = tuple(shape)
+    if len(shape) == 3 and shape[0] == channels:
+        return shape
+    if len(shape) == 2:
+        return (channels, 1, shape[1]) if channels > 1 and shape[0] == channels else \
+            (1, shape[0], shape[1]) if channels == 1 else None
+    return (1, 1, shape[0]) if len(shape) == 1 and channels == 1 else None
+
+
+def check_cache_read(call, shapes, cos_shape, sin_shape, positions_shape, names=None):
+    """The shape rules of a call that reads cos/sin from a cache: each rotated tensor (`names`, default the
+    call's) is [B, S, N, D] in the call's layout with D the layer's head_dim, and follows the op's rules for one
+    cos/sin row; q and k share B and S; the cache is [1, P, 1, L]; positions are [channels, 1|B, S]."""
+    cache, length = call.cache, call.partial_slice[1] - call.partial_slice[0]
+    for name, shape in zip(names or call.rotated_names, shapes):
+        shape = tuple(shape)
+        if len(shape) != 4 or shape[-1] != cache.head_dim:
+            raise ValueError(f"{LAYER}: {name} of shape {shape} must be 4-D {cache.layout} with D = "
+                             f"head_dim={cache.head_dim}")
+        check_shapes(shape, (1, 1, 1, length), (1, 1, 1, length), call.rotary_mode, call.partial_slice, name)
+    b_axis, s_axis = cache.axes
+    batch, seq = shapes[0][b_axis], shapes[0][s_axis]
+    if len(shapes) == 2 and (shapes[1][b_axis], shapes[1][s_axis]) != (batch, seq):
+        raise ValueError(f"{LAYER}: q {tuple(shapes[0])} and k {tuple(shapes[1])} must share B and S")
+    for name, shape in (("cos_cache", cos_shape), ("sin_cache", sin_shape)):
+        if len(shape) != 4 or (shape[0], shape[2], shape[3]) != (1, 1, length):
+            raise ValueError(f"{LAYER}: {name} of shape {tuple(shape)} must be [1, P, 1, {length}]")
+    if tuple(cos_shape) != tuple(sin_shape):
+        raise ValueError(f"{LAYER}: the cos and sin caches differ in shape: {tuple(cos_shape)}, {tuple(sin_shape)}")
+    view = positions_view(positions_shape, cache.channels)
+    if view is None or view[1] not in (1, batch) or view[2] != seq:
+        raise ValueError(f"{LAYER}: positions do not fit q {tuple(shapes[0])}; they must be "
+                         f"{positions_rule(cache.channels, batch, seq)}")
+
+
+def check_cache_read_call(call, shapes, dtypes, cos_shape, sin_shape, cos_dtype, sin_dtype, positions_shape):
+    """Every rule of a cache read that shapes and dtypes show: eagerly, and in a traced call at compile time."""
+    for name, dtype in zip(call.rotated_names, dtypes):
+        check_dtypes(dtype, cos_dtype, sin_dtype, name)
+    if len(dtypes) == 2 and element_dtype(dtypes[0]) != element_dtype(dtypes[1]):
+        raise TypeError(f"{LAYER}: q and k must share a dtype, got {_dtype_name(dtypes[0])} and "
+                        f"{_dtype_name(dtypes[1])}")
+    check_cache_read(call, shapes, cos_shape, sin_shape, positions_shape)
+
+
+def position_outside_cache(position, cache_rows):
+    """The refusal of a position outside the cache (eagerly here; in a graph the compiled kernel fills it in)."""
+    return (f"{LAYER}: position {position} is outside the cos/sin cache [0, {cache_rows}); build the layer with "
+            f"cache_positions above the largest position it will see")
+
+
+def check_positions_range(positions, cache_rows):
+    """positions: a numpy integer array; each must lie in [0, cache_rows)."""
+    if positions.size and (positions.min() < 0 or positions.max() >= cache_rows):
+        bad = positions.min() if positions.min() < 0 else positions.max()
+        raise ValueError(position_outside_cache(int(bad), cache_rows))

@@ -1,16 +1,19 @@
-"""The rotation with its autograd. A RotaryFunction is one direction of the rotation, in place or out of place,
-on one target; its bprop is the transposed direction, out of place (itself a RotaryFunction, so gradients of
-any order), plus the gradients for cos and sin.
+"""The rotation with its autograd and its in-place machinery, for every RotaryCall: on tables (the ops) or
+reading a cache at positions (the layer), one tensor or q and k. A RotaryFunction is one direction of the
+rotation, out of place, on one target; its bprop is the transposed direction (itself a RotaryFunction, so
+gradients of any order) plus the gradients for cos and sin. An InPlaceRotary writes its rotated inputs.
 
 In place, per route (routes.py; the user-facing statement is README, "Autograd and in place"; what was
 tried before is in benchmarks/NOTES.md):
-- TRACED: the rotation of a copy of x, out of place, written back with MindSpore's own InplaceCopy, which
-  MindSpore orders reads, views and gradients around (InPlaceRotary.construct).
-- RECORDING: the rotation out of place, x rebound to the result as MindSpore's own Tensor.__setitem__ does
-  under autograd; x's old memory is kept (MindSpore 2.10's autograd of an in-place write to a view gives
-  zero gradients on CPU). Leaves that require grad are refused, as MindSpore refuses them.
-- EAGER: the kernel writes x's memory and moves its version counter."""
+- TRACED: the rotation of copies taken ahead of the writes, out of place, written back with MindSpore's own
+  InplaceCopy, which MindSpore orders reads, views and gradients around; before it, the target's write guard
+  refuses a view passed into the graph (MindSpore 2.10 would write it in the wrong order).
+- RECORDING: the rotation out of place, each input rebound to its result as MindSpore's own
+  Tensor.__setitem__ does under autograd; the old memory is kept (MindSpore 2.10's autograd of an in-place
+  write to a view gives zero gradients on CPU). Leaves that require grad are refused, as MindSpore refuses them.
+- EAGER: the kernel writes the inputs' memory and moves their version counters."""
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from mindspore._c_expression import _unsafe_set_version_counter
 from mindspore.graph.api import _pynative_executor
@@ -18,10 +21,13 @@ from mindspore.ops import functional as F
 from mindspore.ops.auto_generate import Identity, InplaceCopy
 
 from . import routes
-from .kernels import KERNELS, alias_after_write
+from .backend import choose_backend
+from .constraints import check_cache_read_call, check_eager_inputs, require_whole_storage
 from .layouts import MERGE, SPLIT
 from .modes import MODE_LAYOUTS
 from .routes import Route
+from .targets import KERNELS
+from .targets.base import positions_3d, result_after_write, tensor_positions
 
 
 def cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
@@ -29,10 +35,17 @@ def cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
     slice in y's lane layout and x_part in x's, float32: (dL/dy, x) for y = R x, (dy, dL/dx) for dx = R^T dy;
     split_x and merge_y are the mode's layouts.SPLIT and MERGE functions.
     dc[ya] = y[ya] x[xa], dc[yb] = y[yb] x[xb], ds[ya] = -y[ya] x[xb], ds[yb] = y[yb] x[xa]."""
-    xa, xb = split_x(x_part)
-    dcos = y_part * merge_y(xa, xb)
-    dsin = y_part * merge_y(-xb, xa)
+    dcos, dsin = _cos_sin_products(split_x, merge_y, y_part, x_part)
     return dcos.sum_to_size(cos.shape).astype(cos.dtype), dsin.sum_to_size(cos.shape).astype(cos.dtype)
+
+
+def _cos_sin_products(split_x, merge_y, y_part, x_part):
+    xa, xb = split_x(x_part)
+    return y_part * merge_y(xa, xb), y_part * merge_y(-xb, xa)
+
+
+def _no_cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
+    return ops.zeros_like(cos), ops.zeros_like(cos)
 
 
 def _forward_sides(first_input, dout):
@@ -41,10 +54,6 @@ def _forward_sides(first_input, dout):
 
 def _backward_sides(first_input, dout):
     return first_input, dout
-
-
-def _no_cos_sin_grads(split_x, merge_y, y_part, x_part, cos):
-    return ops.zeros_like(cos), ops.zeros_like(cos)
 
 
 class _SliceBounds(nn.Cell):
@@ -67,10 +76,53 @@ class _SliceBounds(nn.Cell):
         return t.astype(ms.float32)[..., 0:cos.shape[-1]]
 
 
+class CacheGrads(_SliceBounds):
+    """dcos, dsin of a cache read: each token's cos/sin gradient, summed over its heads (and q's and k's), added
+    into the cache row it read; with several position channels each lane into the row of its channel's
+    position. MindSpore ops, so a graph drops them when the cache is not trained."""
+
+    def __init__(self, call):
+        super().__init__(call)
+        cache, length = call.cache, call.partial_slice[1] - call.partial_slice[0]
+        x_layout, y_layout = MODE_LAYOUTS[call.rotary_mode]
+        self.split_x, self.merge_y = SPLIT[x_layout], MERGE[y_layout]
+        self.channels, self.length = cache.channels, length
+        lanes = np.zeros(length, np.int64) if cache.lane_channels is None else np.array(cache.lane_channels)
+        self.lane_channels, self.lanes = ms.Tensor(lanes), ms.Tensor(np.arange(length))
+        # primitives, not ops.gather/ops.unsorted_segment_sum: graph second-order autodiff fails on the
+        # functional forms' branches
+        self.gather, self.segment_sum = ops.Gather(), ops.UnsortedSegmentSum()
+        # [.., .., .., L] in the call's layout -> [B, S, L], summed over the heads
+        self.tokens = {(0, 1): self._tokens_bsnd, (1, 0): self._tokens_sbnd, (0, 2): self._tokens_bnsd}[cache.axes]
+
+    def _tokens_bsnd(self, t):
+        return t.sum(2)
+
+    def _tokens_sbnd(self, t):
+        return t.sum(2).transpose(1, 0, 2)
+
+    def _tokens_bnsd(self, t):
+        return t.sum(1)
+
+    def per_token(self, y_side, x_side, cos):
+        """[B, S, L] float32 gradients of each token's cos and sin rows."""
+        dcos, dsin = _cos_sin_products(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos))
+        return self.tokens(dcos), self.tokens(dsin)
+
+    def into_cache(self, token_dcos, token_dsin, cos, positions):
+        positions = positions.reshape(positions_3d(positions.shape, self.channels))
+        rows = self.gather(positions, self.lane_channels, 0).transpose(1, 2, 0)  # [1|B, S, L]: each lane's row
+        index = (rows * self.length + self.lanes).reshape(-1)
+        slots = cos.shape[1] * self.length
+        dcos = self.segment_sum(token_dcos.sum_to_size(rows.shape).reshape(-1), index, slots)
+        dsin = self.segment_sum(token_dsin.sum_to_size(rows.shape).reshape(-1), index, slots)
+        return dcos.reshape(cos.shape).astype(cos.dtype), dsin.reshape(cos.shape).astype(cos.dtype)
+
+
 class RotaryBackward(_SliceBounds):
-    """(x, cos, sin, dout) -> (dx, dcos, dsin) of one RotaryFunction, x being its first input. Eagerly
-    (PyNative on CPU), cos/sin gradients are computed only for a cos/sin that requires grad:
-    by the target's kernel, or with MindSpore ops while an outer grad records this backward."""
+    """(the function's inputs, dout) -> the gradients of its inputs. Eagerly (PyNative on the host), cos/sin
+    gradients are computed only for a cos/sin that requires grad: by the target's kernel on tables, with
+    MindSpore ops while an outer grad records this backward or for a cache."""
 
     def __init__(self, call, backend, device_target):
         super().__init__(call)
@@ -82,32 +134,71 @@ class RotaryBackward(_SliceBounds):
             self.cos_sin_grads = cos_sin_grads
         # (first input, dout) -> (y side, x side): the backward's input is in y's layout
         self.sides = _backward_sides if call.conjugate else _forward_sides
-        self.device_target = device_target
-        self._grads_kernel = KERNELS[backend](call.out_of_place(), device_target)
+        self.on_host = routes.on_host(device_target)
+        if call.cache is None:
+            self.grads_kernel = KERNELS[backend](call.out_of_place(), device_target)
+            self.grads = self._tables
+        else:
+            self.cache_grads = CacheGrads(call)
+            self.grads = self._q_and_k if call.cache.with_k else self._q
         self.transpose = None  # the transposed RotaryFunction, set by the function this backward belongs to
 
-    def __call__(self, x, cos, sin, dout):
-        if routes.runs_now_on_host(self.device_target):
-            return self._eager(x, cos, sin, dout)
-        return super().__call__(x, cos, sin, dout)
+    def __call__(self, *args):
+        """From Python: a recorded backward in PyNative."""
+        route = routes.current()
+        if route is Route.TRACED or not self.on_host:
+            return super().__call__(*args)
+        inputs, dout = args[:-1], args[-1]
+        douts = dout if isinstance(dout, tuple) else (dout,)
+        count = len(douts)
+        cos, sin, extra = inputs[count], inputs[count + 1], inputs[count + 2:]
+        d = self.transpose(*douts, cos, sin, *extra)
+        d = d if isinstance(d, tuple) else (d,)
+        # dout may come in another dtype (InplaceCopy's bprop)
+        d = tuple(g if g.dtype == t.dtype else g.astype(t.dtype) for g, t in zip(d, inputs))
+        if not (cos._requires_grad or sin._requires_grad):
+            return (*d, None, None, *(None for _ in extra))  # nothing asks for them
+        sides = [self.sides(t, g) for t, g in zip(inputs[:count], douts)]
+        if extra:  # a cache read: its rows' sums, with MindSpore ops
+            positions = extra[0] if isinstance(extra[0], ms.Tensor) else ms.Tensor(extra[0])
+            dcos, dsin = self.cache_grads.per_token(*sides[0], cos)
+            for y_side, x_side in sides[1:]:  # k's
+                more_dcos, more_dsin = self.cache_grads.per_token(y_side, x_side, cos)
+                dcos, dsin = dcos + more_dcos, dsin + more_dsin
+            return (*d, *self.cache_grads.into_cache(dcos, dsin, cos, positions), None)
+        if route is Route.RECORDING:
+            y_side, x_side = sides[0]
+            dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos),
+                                            cos)
+        else:
+            dcos, dsin = self.grads_kernel.eager_cos_sin_grads(*sides[0], cos)
+        return (*d, dcos, dsin)
 
-    def construct(self, x, cos, sin, dout):
+    def construct(self, *args):
+        return self.grads(*args)
+
+    def _tables(self, x, cos, sin, dout):
         dx = self.transpose(dout, cos, sin)
         y_side, x_side = self.sides(x, dout)
         dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos), cos)
         return dx, dcos, dsin
 
-    def _eager(self, x, cos, sin, dout):
-        dx = self.transpose(dout, cos, sin)
-        if not (cos._requires_grad or sin._requires_grad):
-            return dx, None, None  # nothing asks for them (MindSpore makes zeros if something does)
-        y_side, x_side = self.sides(x, dout)
-        if routes.current() is Route.RECORDING:
-            dcos, dsin = self.cos_sin_grads(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos),
-                                            cos)
-        else:
-            dcos, dsin = self._grads_kernel.eager_cos_sin_grads(y_side, x_side, cos)
-        return dx, dcos, dsin
+    # Straight-line (graph second-order autodiff fails on a loop or a branch here).
+    def _q(self, q, cos, sin, positions, dout):  # dout may come in another dtype (InplaceCopy's bprop)
+        dq = self.transpose(dout, cos, sin, positions).astype(q.dtype)
+        y_side, x_side = self.sides(q, dout)
+        dcos, dsin = self.cache_grads.per_token(y_side, x_side, cos)
+        dcos, dsin = self.cache_grads.into_cache(dcos, dsin, cos, positions)
+        return dq, dcos, dsin, ops.zeros(positions.shape, positions.dtype)
+
+    def _q_and_k(self, q, k, cos, sin, positions, dout):
+        dq, dk = self.transpose(dout[0], dout[1], cos, sin, positions)
+        q_y, q_x = self.sides(q, dout[0])
+        k_y, k_x = self.sides(k, dout[1])
+        q_dcos, q_dsin = self.cache_grads.per_token(q_y, q_x, cos)
+        k_dcos, k_dsin = self.cache_grads.per_token(k_y, k_x, cos)
+        dcos, dsin = self.cache_grads.into_cache(q_dcos + k_dcos, q_dsin + k_dsin, cos, positions)
+        return dq.astype(q.dtype), dk.astype(k.dtype), dcos, dsin, ops.zeros(positions.shape, positions.dtype)
 
 
 CONSTANT_TARGET_ERROR = (
@@ -119,36 +210,44 @@ LEAF_ERROR = (
     "ms_rotary: {op} cannot rotate {name} in place while PyNative autograd records: {name} is a leaf tensor "
     "that requires grad (an input of the function being differentiated, or a trainable Parameter), and "
     "MindSpore forbids in-place writes to those. Rotate a copy ({name}.copy() or {name} * 1), or use "
-    "PartialRotaryMul.")
+    "the out-of-place call.")
 UNTRACKED_ERROR = (
     "ms_rotary: {op} cannot rotate {name} in place while PyNative autograd records: {name} does not require "
     "grad but cos or sin does, so the result has a gradient that an in-place write to an untracked tensor "
-    "cannot carry. Use PartialRotaryMul.")
+    "cannot carry. Use the out-of-place call.")
 SECOND_ORDER_ERROR = (
     "ms_rotary: {op}: second-order gradients (grad of grad) through an in-place call are not supported in "
     "PyNative: MindSpore 2.10's PyNative higher-order autograd does not follow the rebinding an in-place "
-    "call records there. Use PartialRotaryMul, or run the network in GRAPH_MODE or under ms.jit. (Without a "
-    "grad of grad, an exception raised inside an earlier PyNative ms.grad left MindSpore recording as if "
-    "nested: MindSpore 2.10 does not reset that; mindspore.graph.api._pynative_executor.clear_res() does.)")
+    "call records there. Use the out-of-place call, or run the network in GRAPH_MODE or under ms.jit. "
+    "(Without a grad of grad, an exception raised inside an earlier PyNative ms.grad left MindSpore recording "
+    "as if nested: MindSpore 2.10 does not reset that; mindspore.graph.api._pynative_executor.clear_res() does.)")
+VIEW_WRITE_ERROR = (
+    "ms_rotary: {op} cannot write {name} in place in this graph: {name} is a view (non-contiguous, or part of a "
+    "larger tensor) passed into it, which MindSpore 2.10 would write in the wrong order (its own in-place ops "
+    "too); nothing was written. Pass {name}.contiguous() and use the result, or call it in PyNative. MindSpore "
+    "runs no compiled network again after one of its kernels failed (README, \"Refusals at run time\").")
 
 
 class _Rotary(_SliceBounds):
-    """One RotaryCall on a target (`backend`, a kernels.KERNELS key, for `device_target`): the routing shared
-    by both kinds of call."""
+    """One RotaryCall on a target (`backend`, a targets.KERNELS key, for `device_target`): the routing shared
+    by both kinds of call, asked once per call."""
 
-    def __init__(self, call, backend, device_target):
+    def __init__(self, call, backend, device_target, op_name):
         super().__init__(call)
-        self.call = call
+        self.call, self.op_name = call, op_name
         self.backend, self.device_target = backend, device_target
+        self.names, self.count = call.rotated_names, len(call.rotated_names)
 
-    def __call__(self, x, cos, sin):
+    def __call__(self, *inputs):
         route = routes.current()
+        check_eager_inputs(inputs[:self.count], self.names, inputs[self.count], inputs[self.count + 1],
+                           self.call.in_place, writes_memory=self.call.in_place and route is not Route.RECORDING)
         if route is Route.TRACED:  # construct and the bprops go into the graph
-            return super().__call__(x, cos, sin)
+            return self._call_traced(*inputs)
         try:
             if route is Route.EAGER:
-                return self._call_now(x, cos, sin)
-            return self._call_recorded(x, cos, sin)
+                return self._call_now(*inputs)
+            return self._call_recorded(*inputs)
         except Exception:
             # MindSpore 2.10 leaves PyNative autograd recording for good when a forward under ms.grad raises
             # (later first-order backwards then run as if second-order): reset it before the error leaves.
@@ -156,28 +255,34 @@ class _Rotary(_SliceBounds):
                 _pynative_executor.clear_res()
             raise
 
+    def _call_traced(self, *inputs):
+        return super().__call__(*inputs)
+
 
 class RotaryFunction(_Rotary):
-    """The call with its bprop. Traced it computes out of place, so x is never written and the bprop can use
-    it (an in-place call's graph writes the result back after: InPlaceRotary)."""
+    """The call out of place with its bprop. Subclasses spell out the inputs (MindSpore reads a bprop's
+    parameters): TableFunction (x, cos, sin), CacheFunction (q, cos, sin, positions), CacheQKFunction
+    (q, k, cos, sin, positions)."""
 
-    def __init__(self, call, backend, device_target, transpose_of=None):
-        super().__init__(call, backend, device_target)
+    def __init__(self, call, backend, device_target, op_name="ms_rotary", transpose_of=None):
+        super().__init__(call, backend, device_target, op_name)
         self.kernel = KERNELS[backend](call, device_target)
         self.backward = RotaryBackward(call, backend, device_target)
-        # An out-of-place function and its transpose refer to each other (gradients of any order without
-        # building more), outside the cell tree so it has no cycle. An in-place call's transpose gets an
-        # out-of-place transpose of its own: autograd's dout must never be written.
-        transpose = transpose_of or RotaryFunction(call.transpose(), backend, device_target,
-                                                   transpose_of=None if call.in_place else self)
+        # A function and its transpose refer to each other (gradients of any order without building more),
+        # outside the cell tree so it has no cycle. An in-place call's transpose gets an out-of-place transpose
+        # of its own: autograd's dout must never be written.
+        transpose = transpose_of or function_class(call)(call.transpose(), backend, device_target, op_name,
+                                                         transpose_of=None if call.in_place else self)
         object.__setattr__(self.backward, "transpose", transpose)
 
-    def _call_now(self, x, cos, sin):
-        return self.kernel(x, cos, sin)
+    def _call_now(self, *inputs):
+        return self.kernel(*inputs)
 
-    def _call_recorded(self, x, cos, sin):
-        return nn.Cell.__call__(self, x, cos, sin)  # records the bprop
+    def _call_recorded(self, *inputs):
+        return nn.Cell.__call__(self, *tensor_positions(self.call, inputs))  # records the bprop
 
+
+class TableFunction(RotaryFunction):
     def construct(self, x, cos, sin):
         return self.kernel(x, cos, sin)
 
@@ -185,85 +290,193 @@ class RotaryFunction(_Rotary):
         return self.backward(x, cos, sin, dout)
 
 
-class InPlaceRotary(_Rotary):
-    """In place. Traced: `function` (this call, computed out of place) then MindSpore's InplaceCopy into x.
-    PyNative: the kernel writes x, or, while autograd records, x is rebound to the out-of-place result."""
+class CacheFunction(RotaryFunction):
+    def construct(self, q, cos, sin, positions):
+        return self.kernel(q, cos, sin, positions)
 
-    def __init__(self, call, backend, device_target):
-        super().__init__(call, backend, device_target)
-        self.function = RotaryFunction(call, backend, device_target)
+    def bprop(self, q, cos, sin, positions, out, dout):
+        return self.backward(q, cos, sin, positions, dout)
+
+
+@ops.constexpr
+def _checked_q_and_k(call, q_shape, k_shape, q_dtype, k_dtype, cos_shape, sin_shape, cos_dtype, sin_dtype,
+                     positions_shape):
+    """Traced, at compile time: the rules that span q and k, which the target's primitives (one a tensor on
+    CPU) do not see together."""
+    check_cache_read_call(call, (q_shape, k_shape), (q_dtype, k_dtype), cos_shape, sin_shape, cos_dtype, sin_dtype,
+                          positions_shape)
+    return True
+
+
+class CacheQKFunction(RotaryFunction):
+    def construct(self, q, k, cos, sin, positions):
+        checked = _checked_q_and_k(self.call, q.shape, k.shape, q.dtype, k.dtype, cos.shape, sin.shape, cos.dtype,
+                                   sin.dtype, positions.shape)
+        return self.kernel(ops.depend(q, checked), k, cos, sin, positions)
+
+    def bprop(self, q, k, cos, sin, positions, out, dout):
+        return self.backward(q, k, cos, sin, positions, dout)
+
+
+def function_class(call):
+    if call.cache is None:
+        return TableFunction
+    return CacheQKFunction if call.cache.with_k else CacheFunction
+
+
+class _Rebound:
+    """The out-of-place call whose results an in-place call rebinds its inputs to (PyNative, recording): each
+    result is bumped to `version_floor` before autograd saves it as the op's output; a grad of grad through
+    it is refused (SECOND_ORDER_ERROR)."""
+
+    version_floor = 0
+
+    def bumped(self, out):
+        for result in out if isinstance(out, tuple) else (out,):
+            advance_version(result, self.version_floor)
+        return out
+
+    def refuse_second_order(self):
+        if routes.current() is Route.RECORDING:
+            raise ValueError(SECOND_ORDER_ERROR.format(op=self.op_name))
+
+
+class _ReboundTable(_Rebound, TableFunction):
+    def construct(self, x, cos, sin):
+        return self.bumped(self.kernel(x, cos, sin))
+
+    def bprop(self, x, cos, sin, out, dout):
+        self.refuse_second_order()
+        return self.backward(x, cos, sin, dout)
+
+
+class _ReboundCache(_Rebound, CacheFunction):
+    def construct(self, q, cos, sin, positions):
+        return self.bumped(self.kernel(q, cos, sin, positions))
+
+    def bprop(self, q, cos, sin, positions, out, dout):
+        self.refuse_second_order()
+        return self.backward(q, cos, sin, positions, dout)
+
+
+class _ReboundCacheQK(_Rebound, CacheQKFunction):
+    def construct(self, q, k, cos, sin, positions):
+        return self.bumped(self.kernel(q, k, cos, sin, positions))
+
+    def bprop(self, q, k, cos, sin, positions, out, dout):
+        self.refuse_second_order()
+        return self.backward(q, k, cos, sin, positions, dout)
+
+
+def _rebound_class(call):
+    if call.cache is None:
+        return _ReboundTable
+    return _ReboundCacheQK if call.cache.with_k else _ReboundCache
+
+
+class InPlaceRotary(_Rotary):
+    """In place. Traced: the target's write guard for each written tensor, `function` (this call, computed out
+    of place on copies) then MindSpore's InplaceCopy into each. PyNative: the kernel writes them, or, while
+    autograd records, they are rebound to the out-of-place results."""
+
+    def __init__(self, call, backend, device_target, op_name):
+        super().__init__(call, backend, device_target, op_name)
+        self.function = function_class(call)(call, backend, device_target, op_name)
         self.kernel = self.function.kernel
         self.before_write = Identity()
-        self.constant_target_error = CONSTANT_TARGET_ERROR.format(name=call.input_name)
         self.inplace_copy = InplaceCopy()
+        self.constant_target_errors = [CONSTANT_TARGET_ERROR.format(name=name) for name in self.names]
+        self.guards = nn.CellList([self.kernel.write_guard(VIEW_WRITE_ERROR.format(op=op_name, name=name))
+                                   for name in self.names])
+        self.traced = self._traced_two if self.count == 2 else self._traced_one
 
-    def construct(self, x, cos, sin):
-        # The rotation reads a copy of x taken ahead of the write, which its bprop keeps for the cos/sin
-        # gradients: given x itself, MindSpore 2.10 hands the bprop the already written x when the call
-        # follows another in-place write or sits in an `if` branch (its own Tensor.copy_ fails the same way).
-        # CPU has no bf16 Identity: bf16 x is copied by its exact fp32 cast, rotated in fp32 and rounded once
-        # by the write back, as the kernel rounds.
+    def _call_traced(self, *inputs):
+        """Called from Python in GRAPH_MODE: this call compiles its own graph, whose inputs the caller holds:
+        a view of part of one is refused here, before the graph exists."""
+        for tensor, name in zip(inputs[:self.count], self.names):
+            require_whole_storage(tensor, name)
+        super()._call_traced(*inputs)
+        return inputs[0] if self.count == 1 else inputs[:2]  # the caller's tensors, written
+
+    def construct(self, *inputs):
+        return self.traced(*inputs)
+
+    def _copy_before_write(self, x):
+        """The rotation reads a copy of x taken ahead of the write, which its bprop keeps for the cos/sin
+        gradients: given x itself, MindSpore 2.10 hands the bprop the already written x when the call follows
+        another in-place write or sits in an `if` branch (its own Tensor.copy_ fails the same way). CPU has no
+        bf16 Identity: bf16 x is copied by its exact fp32 cast, rotated in fp32 and rounded once by the write
+        back, as the kernel rounds."""
+        return x.astype(ms.float32) if x.dtype == ms.bfloat16 else self.before_write(x)
+
+    def _in_dtype_of(self, x, rotated):
+        """The rotation of a bf16 x, computed in fp32 from its exact copy, rounded once to bf16: the values both
+        the write and the result take (no fp32 -> fp32 Cast for other dtypes: MindSpore 2.10 then loses the
+        write)."""
+        return rotated.astype(x.dtype) if x.dtype == ms.bfloat16 else rotated
+
+    def _traced_one(self, x, *rest):
         if F.isconstant(x):
-            raise ValueError(self.constant_target_error)
-        before = x.astype(ms.float32) if x.dtype == ms.bfloat16 else self.before_write(x)
-        return alias_after_write(x, self.inplace_copy(x, self.function(before, cos, sin)))
+            raise ValueError(self.constant_target_errors[0])
+        before = self._copy_before_write(x)
+        checked = self.guards[0](x)
+        rotated = ops.depend(self._in_dtype_of(x, self.function(before, *rest)), checked)
+        return result_after_write(rotated, self.inplace_copy(x, rotated))
+
+    def _traced_two(self, q, k, *rest):
+        if F.isconstant(q):
+            raise ValueError(self.constant_target_errors[0])
+        if F.isconstant(k):
+            raise ValueError(self.constant_target_errors[1])
+        checked = (self.guards[0](q), self.guards[1](k))
+        q_rot, k_rot = self.function(self._copy_before_write(q), self._copy_before_write(k), *rest)
+        q_rot = ops.depend(self._in_dtype_of(q, q_rot), checked)
+        k_rot = ops.depend(self._in_dtype_of(k, k_rot), checked)
+        return (result_after_write(q_rot, self.inplace_copy(q, q_rot)),
+                result_after_write(k_rot, self.inplace_copy(k, k_rot)))
 
     @property
     def out_of_place(self):
         """This call out of place, built on first use: what PyNative autograd records for it."""
         if "_out_of_place" not in self.__dict__:
-            object.__setattr__(self, "_out_of_place", _RebindSource(self.call.out_of_place(), self.backend,
-                                                                    self.device_target, type(self).__name__))
+            object.__setattr__(self, "_out_of_place", _rebound_class(self.call)(
+                self.call.out_of_place(), self.backend, self.device_target, self.op_name))
         return self.__dict__["_out_of_place"]
 
-    def _call_now(self, x, cos, sin):
-        """Writes x's memory. The version bump holds even under ms._no_grad() inside a recorded forward: an op
-        that saved x for its backward then fails MindSpore's "modified by an inplace operation" check instead
-        of reading the rotated values. On a device whose memory the host does not write (Ascend), the kernel
-        rotates a copy (kernels.AscendKernel) and MindSpore's InplaceCopy writes it into x."""
-        rotated = self.kernel(x, cos, sin)
-        if not routes.on_host(self.device_target):
-            self.inplace_copy(x, rotated)
-        advance_version(x, x._version + 1)
-        return x
+    def _call_now(self, *inputs):
+        """Writes the inputs' memory. The version bump holds even under ms._no_grad() inside a recorded forward:
+        an op that saved an input for its backward then fails MindSpore's "modified by an inplace operation"
+        check instead of reading the rotated values. On a device whose memory the host does not write (Ascend),
+        the kernel rotates copies (targets.AscendKernel) and MindSpore's InplaceCopy writes them."""
+        tensors = inputs[:self.count]
+        rotated = self.kernel(*inputs)
+        if not self.kernel.on_host:
+            for tensor, values in zip(tensors, rotated if self.count == 2 else (rotated,)):
+                self.inplace_copy(tensor, values)
+        for tensor in tensors:
+            advance_version(tensor, tensor._version + 1)
+        return tensors[0] if self.count == 1 else tensors
 
-    def _call_recorded(self, x, cos, sin):
-        name, op = self.call.input_name, type(self).__name__
-        if not x._requires_grad:
+    def _call_recorded(self, *inputs):
+        tensors, (cos, sin) = inputs[:self.count], inputs[self.count:self.count + 2]
+        if not any(t._requires_grad for t in tensors):
             if cos._requires_grad or sin._requires_grad:
-                raise ValueError(UNTRACKED_ERROR.format(op=op, name=name))
-            return self._call_now(x, cos, sin)
-        if x._is_leaf:
-            raise ValueError(LEAF_ERROR.format(op=op, name=name))
-        # The rotation reads a view of x: a tensor object of its own that keeps x's memory and version
-        # counter when x is rebound, so the recorded op keeps the x it was given. Its result leaves the op
-        # with a version above any x was saved at, and x takes result and version over: an op that saved x
-        # itself then fails MindSpore's version check at backward instead of reading the rotated values.
+                raise ValueError(UNTRACKED_ERROR.format(op=self.op_name, name=self.names[0]))
+            return self._call_now(*inputs)
+        for tensor, name in zip(tensors, self.names):
+            if tensor._requires_grad and tensor._is_leaf:
+                raise ValueError(LEAF_ERROR.format(op=self.op_name, name=name))
+        # The rotation reads views of the inputs: tensor objects of their own that keep their memory and version
+        # counters when the inputs are rebound, so the recorded op keeps what it was given. Its results leave
+        # the op with a version above any input was saved at, and the inputs take results and versions over: an
+        # op that saved an input itself then fails MindSpore's version check at backward instead of reading the
+        # rotated values.
         source = self.out_of_place
-        source.version_floor = x._version + 1
-        x.assign_value(source(x.view(x.shape), cos, sin))
-        return x
-
-
-class _RebindSource(RotaryFunction):
-    """The out-of-place call whose result an in-place call rebinds x to (PyNative, recording): the result is
-    bumped to `version_floor` before autograd saves it as the op's output."""
-
-    version_floor = 0
-
-    def __init__(self, call, backend, device_target, op_name):
-        super().__init__(call, backend, device_target)
-        self.second_order_error = SECOND_ORDER_ERROR.format(op=op_name)
-
-    def construct(self, x, cos, sin):
-        out = self.kernel(x, cos, sin)
-        advance_version(out, self.version_floor)
-        return out
-
-    def bprop(self, x, cos, sin, out, dout):
-        if routes.current() is Route.RECORDING:
-            raise ValueError(self.second_order_error)
-        return super().bprop(x, cos, sin, out, dout)
+        source.version_floor = max(t._version for t in tensors) + 1
+        results = source(*(t.view(t.shape) for t in tensors), *inputs[self.count:])
+        for tensor, result in zip(tensors, results if self.count == 2 else (results,)):
+            tensor.assign_value(result)
+        return tensors[0] if self.count == 1 else tensors
 
 
 def advance_version(x, at_least):
@@ -271,3 +484,13 @@ def advance_version(x, at_least):
     move it on each write."""
     if x._version < at_least:
         _unsafe_set_version_counter([x], [at_least])
+
+
+def rotary(call, backend=None, op_name="ms_rotary"):
+    """The Cell that runs `call` on the backend chosen for this device (backend.choose_backend): an
+    InPlaceRotary or the RotaryFunction."""
+    device_target = routes.device_target()
+    backend = choose_backend(backend, device_target)
+    if call.in_place:
+        return InPlaceRotary(call, backend, device_target, op_name)
+    return function_class(call)(call, backend, device_target, op_name)

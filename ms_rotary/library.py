@@ -1,37 +1,21 @@
 """The compiled CPU kernel (kernel/cpu/, built by setup.py into ms_rotary/lib/): finding it, loading it
-with a clear error, and its two plain C entries wrapped once, for eager calls, tests and benchmarks."""
+with a clear error, and its plain C entries wrapped once, for eager calls, tests and benchmarks."""
 import ctypes
 import functools
 import os
 
+import numpy as np
+
 LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
 _POSITIONS_SHAPE = ctypes.c_int64 * 3
 _SHAPE = ctypes.c_int64 * 4
-# Every entry the package calls: the two plain C entries (eager calls) and the AOT entries ops.Custom loads
-# (kernel/cpu/aot_entry.cc; by direction, backward second). A stale or foreign library lacks one.
-C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions")
+# Every entry the package calls: the plain C entries (eager calls, status messages) and the AOT entries
+# ops.Custom loads (kernel/cpu/aot_entry.cc; by direction, backward second). A stale or foreign library lacks one.
+C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions", "ms_rotary_status_message")
 AOT_ENTRIES = ("RotaryMulOut", "RotaryMulGradOut")
 AOT_POSITIONS_ENTRIES = ("RotaryPositionsOut", "RotaryPositionsGradOut")
+AOT_WRITE_GUARD = "RotaryWriteGuard"
 _REINSTALL = "reinstall ms_rotary (`pip install .` builds it) or pass backend='pyfunc'"
-
-# Status codes of kernel/common/rotary_rules.h (13 and 14 come from the Ascend tiling only).
-STATUS_MESSAGES = {
-    1: "bad parameter count or null pointer",
-    2: "a tensor is not 4-D, has a negative dimension, or the output shape differs from dy's",
-    3: "unsupported dtype",
-    4: "cos and sin differ in shape or dtype",
-    5: "cos/sin do not broadcast to dy",
-    6: "partial_slice out of range",
-    7: "slice length not divisible as the mode needs",
-    8: "rotary_mode out of range",
-    9: "head dim D above 1024",
-    10: "cos/sin last dim differs from the slice length",
-    11: "rotary_mode/partial_slice attribute missing",
-    12: "a tensor's element or byte count overflows int64",
-    13: "one row's slice does not fit in the Ascend unified buffer",
-    14: "no Ascend vector core",
-    15: "a position outside the cos/sin cache, or positions (M-RoPE: or lane channels) that do not fit the tensors",
-}
 
 
 class KernelError(RuntimeError):
@@ -53,7 +37,8 @@ class CompiledKernel:
         except OSError as error:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded ({error}); "
                                f"{_REINSTALL}") from None
-        missing = [entry for entry in C_ENTRIES + AOT_ENTRIES + AOT_POSITIONS_ENTRIES if not hasattr(library, entry)]
+        missing = [entry for entry in (*C_ENTRIES, *AOT_ENTRIES, *AOT_POSITIONS_ENTRIES, AOT_WRITE_GUARD)
+                   if not hasattr(library, entry)]
         if missing:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded (it lacks the entries "
                                f"{missing}: a stale or foreign build); {_REINSTALL}")
@@ -70,6 +55,14 @@ class CompiledKernel:
         self._run_positions.argtypes = [ctypes.c_void_p] * 7 + [_POSITIONS_SHAPE, ctypes.c_void_p] + \
             [ctypes.c_int64] * 2 + [_SHAPE] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
         self._run_positions.restype = ctypes.c_int
+        self._status_message = library.ms_rotary_status_message
+        self._status_message.argtypes = [ctypes.c_int]
+        self._status_message.restype = ctypes.c_char_p
+
+    def status_message(self, status):
+        """The text of a status code (kernel/common/rotary_rules.h), or None for a number that is none."""
+        text = self._status_message(status)
+        return None if text is None else text.decode()
 
     def rotate(self, dy, out, cos, sin, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype, sin_dtype, rotary_mode,
                start, end, conjugate, num_threads=0):
@@ -107,4 +100,15 @@ def load(path=None):
 
 def raise_for_status(status):
     if status:
-        raise KernelError(f"ms_rotary: the CPU kernel rejected its arguments: {STATUS_MESSAGES.get(status, status)}")
+        message = load().status_message(status) or status
+        raise KernelError(f"ms_rotary: the CPU kernel rejected its arguments: {message}")
+
+
+@functools.lru_cache(maxsize=None)
+def _lane_channels_array(lane_channels):
+    return np.ascontiguousarray(lane_channels, np.int64)
+
+
+def lane_channels_pointer(lane_channels):
+    """The int64 array rotate_by_positions reads each cos lane's position channel from, or None."""
+    return None if lane_channels is None else _lane_channels_array(lane_channels).ctypes.data

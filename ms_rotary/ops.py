@@ -11,9 +11,8 @@ import warnings
 from . import routes
 from .backend import choose_backend
 from .call import RotaryCall
-from .constraints import check_eager_inputs, normalize_mode, normalize_slice, require_whole_storage
-from .functions import InPlaceRotary, RotaryFunction
-from .routes import Route
+from .constraints import normalize_mode, normalize_slice
+from .functions import InPlaceRotary, TableFunction
 
 _ARGUMENTS = """
     Args:
@@ -47,8 +46,8 @@ _IN_PLACE = """
 
 
 class _RotaryOp:
-    """Attributes are checked once at construction, live tensors on each eager call (a mixin over
-    functions.InPlaceRotary / RotaryFunction)."""
+    """Attributes are checked once at construction, live tensors on each call (a mixin over
+    functions.InPlaceRotary / TableFunction, whose __call__ checks them)."""
 
     _conjugate = False
     _in_place = True
@@ -58,7 +57,7 @@ class _RotaryOp:
         call = RotaryCall(normalize_mode(rotary_mode), normalize_slice(partial_slice), self._conjugate,
                           self._in_place, self._input_name)
         device_target = routes.device_target()
-        super().__init__(call, choose_backend(backend, device_target), device_target)
+        super().__init__(call, choose_backend(backend, device_target), device_target, type(self).__name__)
         self.rotary_mode = call.rotary_mode
         self.partial_slice = call.partial_slice
 
@@ -66,17 +65,7 @@ class _RotaryOp:
         if len(args) != 3 or kwargs:
             raise TypeError(f"ms_rotary: {type(self).__name__} takes ({self._input_name}, cos, sin), "
                             f"got {len(args)} positional and {sorted(kwargs)} keyword arguments")
-        # While PyNative autograd records, an in-place call rebinds x instead of writing its memory: no aliasing
-        # to check (reading data_ptr would also wait for MindSpore's queue).
-        route = routes.current()
-        writes_memory = self._in_place and route is not Route.RECORDING
-        check_eager_inputs(*args, dy_name=self._input_name, in_place=self._in_place, writes_memory=writes_memory)
-        graph = route is Route.TRACED  # called from Python in GRAPH_MODE: this call compiles its own graph
-        if graph and self._in_place:
-            require_whole_storage(args[0], self._input_name)
-        out = super().__call__(*args)
-        # A compiled graph returns new Tensor objects; the in-place ops return the caller's own.
-        return args[0] if graph and self._in_place else out
+        return super().__call__(*args)
 
     def extend_repr(self):
         return f"rotary_mode={self.rotary_mode}, partial_slice={self.partial_slice}, backend={self.backend!r}"
@@ -102,7 +91,7 @@ class InplacePartialRotaryMul(_RotaryOp, InPlaceRotary):
     """
 
 
-class PartialRotaryMul(_RotaryOp, RotaryFunction):
+class PartialRotaryMul(_RotaryOp, TableFunction):
     """PartialRotaryMul(rotary_mode=1, partial_slice=None, backend=None)(x, cos, sin) -> y
 
     Forward of partial RoPE out of place: y is x with y[..., start:end] = x*cos + rotate(x)*sin; x is kept.

@@ -93,8 +93,9 @@ def _as_dict(config):
         fields = dict(config)
     elif hasattr(config, "to_dict"):
         fields = config.to_dict()
-    else:
-        fields = dict(vars(config))
+    else:  # any object: its public data attributes, the class's (model_type) included
+        fields = {name: getattr(config, name) for name in dir(config)
+                  if not name.startswith("_") and not callable(getattr(config, name))}
     if "hidden_size" not in fields and isinstance(fields.get("text_config"), dict):  # multimodal wrappers
         fields = {**fields["text_config"], "model_type": fields.get("model_type")}
     return fields
@@ -124,6 +125,9 @@ def _mrope(fields, model_type, parameters):
         return None, False
     interleaved = _first(parameters, "mrope_interleaved")
     interleaved = _first(fields, "mrope_interleaved") if interleaved is None else interleaved
+    if not isinstance(section, (list, tuple)) or len(section) != 3 or \
+            any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
+        raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
     return tuple(int(n) for n in section), bool(default_interleaved if interleaved is None else interleaved)
 
 
@@ -156,11 +160,14 @@ def _geometry(fields, model_type, parameters):
     elif fields.get("kv_channels") is not None:  # ChatGLM
         head_dim = _int(fields, "kv_channels")
     else:
-        hidden = _first(fields, "hidden_size", "n_embd")
-        heads = _first(fields, "num_attention_heads", "n_head")
-        if hidden is None or heads is None:
+        hidden_key = next((key for key in ("hidden_size", "n_embd") if fields.get(key) is not None), None)
+        heads_key = next((key for key in ("num_attention_heads", "n_head") if fields.get(key) is not None), None)
+        if hidden_key is None or heads_key is None:
             raise ValueError(f"{_PREFIX}: the config gives neither head_dim nor hidden_size and num_attention_heads")
-        head_dim = int(hidden) // int(heads)
+        head_dim = _int(fields, hidden_key) // _int(fields, heads_key)
+        if head_dim < 1:
+            raise ValueError(f"{_PREFIX}: {hidden_key}={fields[hidden_key]} over {heads_key}={fields[heads_key]} "
+                             f"heads leaves no head width")
     if model_type == "chatglm":  # ChatGLM2/3 rotate the first half of each head
         return head_dim, (0, head_dim // 2)
     if fields.get("rotary_dim") is not None:  # GPT-J, CodeGen

@@ -1,4 +1,5 @@
-"""Where a call runs, decided in one place. Every layer (ops.py, functions.py, kernels.py) asks `current()`:
+"""Where a call runs, decided in one place: each call asks `current()` once (functions.py), a recorded backward
+once more for itself:
 
   TRACED     GRAPH_MODE or inside ms.jit: the call becomes nodes of a graph (construct and the bprops)
   EAGER      PyNative with nothing recording: the call runs now

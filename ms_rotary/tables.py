@@ -1,12 +1,15 @@
 """cos/sin tables for the ops: positions and a model's RoPE config in, [B|1, S, 1, rotary_dim] tensors out, with
 each frequency on the lane pair the mode rotates (modes.lane_pairs, so the table always matches the kernel)."""
+import ctypes
 import numbers
 
 import mindspore as ms
 import numpy as np
+from mindspore.common.initializer import Zero, initializer
 
 from .constraints import FLOAT_DTYPES, normalize_mode
 from .modes import lane_pairs
+from .numpy_kernel import from_float32
 from .rope_scaling import FRACTION, check_value, inverse_frequencies
 
 _PREFIX = "ms_rotary.rope_cos_sin"
@@ -100,12 +103,53 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
         angles = np.take_along_axis(positions[..., None] * inv_freq, channels.reshape(1, 1, 1, -1), 0)[0]
     else:
         angles = positions[..., None] * inv_freq
+    lanes = _on_lanes(angles, mode, rotary_dim)[:, :, None, :]
+    return tuple(_to_tensor(fn(lanes) * attention_factor, dtype) for fn in (np.cos, np.sin))
+
+
+def _on_lanes(angles, mode, rotary_dim):
+    """float64 angles [..., rotary_dim / 2] -> [..., rotary_dim], each on the lane pair the mode rotates."""
     _, _, ya, yb = lane_pairs(mode, rotary_dim)
     lanes = np.empty(angles.shape[:-1] + (rotary_dim,))
     lanes[..., ya] = angles
     lanes[..., yb] = angles
-    lanes = lanes[:, :, None, :]
-    return tuple(_to_tensor(fn(lanes) * attention_factor, dtype) for fn in (np.cos, np.sin))
+    return lanes
+
+
+# Positions per block while a cache is built: the float64 work of one block is small beside the cache.
+_CACHE_BLOCK = 1 << 14
+
+
+def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rope_scaling=None,
+                     max_position_embeddings=None, dtype=ms.float32, head_dim=None):
+    """The cos and sin caches [1, positions, 1, rotary_dim] of RotaryEmbedding, as Parameters that do not
+    require grad: row p holds rope_cos_sin's values at position p (quarter mode: both halves at p), bit for
+    bit. Each is allocated once in its dtype and filled block by block, so building peaks little above the
+    caches' own size (a Parameter made from a whole array copies it, bf16 through a float32 array)."""
+    mode = normalize_mode(rotary_mode)
+    quarter = mode == 2
+    _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
+    frequency_dim = rotary_dim // 2 if quarter else rotary_dim
+    inv_freq, attention_factor = inverse_frequencies(frequency_dim, rope_theta, rope_scaling, max_position_embeddings,
+                                                     positions)
+    name = {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}[dtype]
+    caches = []
+    for label, fn in (("cos_cache", np.cos), ("sin_cache", np.sin)):
+        cache = ms.Parameter(initializer(Zero(), (1, positions, 1, rotary_dim), dtype), name=label,
+                             requires_grad=False)
+        cache.init_data()
+        address, row_bytes = cache.data_ptr(), rotary_dim * (4 if name == "float32" else 2)
+        for begin in range(0, positions, _CACHE_BLOCK):
+            rows = np.arange(begin, min(positions, begin + _CACHE_BLOCK), dtype=np.float64)
+            angles = rows[:, None] * inv_freq
+            if quarter:
+                angles = np.concatenate([angles, angles], -1)
+            values = fn(_on_lanes(angles, mode, rotary_dim)) * attention_factor
+            block = np.ascontiguousarray(values.astype(np.float16) if name == "float16" else
+                                         from_float32(values.astype(np.float32), name))
+            ctypes.memmove(address + begin * row_bytes, block.ctypes.data, block.nbytes)
+        caches.append(cache)
+    return tuple(caches)
 
 
 def mrope_channels(section, interleaved, frequencies):
@@ -113,11 +157,13 @@ def mrope_channels(section, interleaved, frequencies):
     if not isinstance(section, (list, tuple)) or len(section) != 3 or \
             any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
         raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
-    if sum(section) != frequencies:
+    if sum(section) > frequencies or (sum(section) != frequencies and not interleaved):
+        need = "at most that (interleaved: the frequencies past the sections turn with time)" if interleaved else \
+            "that"
         raise ValueError(f"{_PREFIX}: mrope_section={list(section)} sums to {sum(section)}; rotary_dim / 2 = "
-                         f"{frequencies} frequencies need it to sum to that")
+                         f"{frequencies} frequencies need it to sum to {need}")
     index = np.arange(frequencies)
-    if interleaved:
+    if interleaved:  # as transformers' Qwen3-VL: height and width every third frequency, the rest time
         channels = np.zeros(frequencies, np.int64)
         channels[(index % 3 == 1) & (index < 3 * section[1])] = 1
         channels[(index % 3 == 2) & (index < 3 * section[2])] = 2

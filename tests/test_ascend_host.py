@@ -14,12 +14,10 @@ import pytest
 from conftest import BROADCASTS, TOLERANCE, cos_shape
 from reference import rotary_forward, rotary_grad
 
-from benchmarks.ascend_model import CHIPS
+from benchmarks.ascend_model import CHIPS, runner_input
 from ms_rotary import numpy_kernel
-from ms_rotary.embedding import lane_masks, mrope_lane_channels
-from ms_rotary.kernels import AscendKernel
-
-DTYPE_IDS = AscendKernel.DTYPE_IDS  # the Ascend kernel's dtype ids
+from ms_rotary.embedding import mrope_lane_channels
+from ms_rotary.targets.ascend import DTYPE_IDS, lane_masks
 
 UB_BYTES = 192 * 1024
 KERNEL_TYPE_AIV_ONLY = 0  # asc-devkit's KernelMetaType
@@ -59,7 +57,6 @@ def _from_bits(raw, dtype, shape):
     return bits.view(np.float32).reshape(shape).astype(np.float64)
 
 
-NO_GATHER = (0, 1, 0, 1, 0)  # the runner header's channels, positions_batch, batch_axis, seq_axis, k_heads
 
 
 def gathered(cache, positions, axes, lane_channels):
@@ -85,17 +82,19 @@ def run_on_host(runner, tmp_path, conjugate, mode, dy_dtype, cos_dtype, dy_shape
     tensors = [_to_bits(rng.uniform(-1, 1, shape).astype(np.float32), dy_dtype) for shape in shapes]
     cos_raw, cos64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
     sin_raw, sin64 = _to_bits(rng.uniform(-1, 1, cos_shape_).astype(np.float32), cos_dtype)
-    gather, gather_raw = NO_GATHER, b""
+    gather, gather_raw = {}, b""
     if positions is not None:
         positions = np.asarray(positions).reshape(-1, *np.shape(positions)[-2:])  # [channels, 1|B, S]
         lane_channels = np.zeros(end - start, np.int64) if lane_channels is None else np.asarray(lane_channels)
-        gather = (len(positions), positions.shape[1], *axes, k_heads)
+        gather = dict(channels=len(positions), positions_batch=positions.shape[1], batch_axis=axes[0],
+                      seq_axis=axes[1], k_heads=k_heads)
         masks = lane_masks(lane_channels, len(positions), end - start, cos_dtype)
         gather_raw = np.ascontiguousarray(positions, np.int64).tobytes() + masks.tobytes()
-    header = np.array([int(conjugate), mode, DTYPE_IDS[dy_dtype], DTYPE_IDS[cos_dtype], *dy_shape, *cos_shape_,
-                       start, end, cores, ub_bytes, arch, *gather], np.int64)
     source, target, counts = tmp_path / "in.bin", tmp_path / "out.bin", tmp_path / "counts.json"
-    source.write_bytes(header.tobytes() + b"".join(raw for raw, _ in tensors) + cos_raw + sin_raw + gather_raw)
+    source.write_bytes(runner_input(b"".join(raw for raw, _ in tensors) + cos_raw + sin_raw + gather_raw,
+                                    conjugate=conjugate, mode=mode, dy_dtype=DTYPE_IDS[dy_dtype],
+                                    cos_dtype=DTYPE_IDS[cos_dtype], dy=dy_shape, cos=cos_shape_, start=start, end=end,
+                                    cores=cores, ub_bytes=ub_bytes, npu_arch=arch, **gather))
     if positions is not None:  # what the kernel reads, in range (the kernel clamps the others)
         rows = np.clip(positions, 0, cos_shape_[1] - 1)
         cos64, sin64 = gathered(cos64, rows, axes, lane_channels), gathered(sin64, rows, axes, lane_channels)
@@ -264,9 +263,9 @@ def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path
     dy_shape, cos_shape_, start, end, cores = (2, 8, 8, 96), (1, 8, 1, 64), 16, 80, 2
     run_on_host(kernel_runner, tmp_path, False, mode, "bfloat16", "float32", dy_shape, cos_shape_, start, end,
                 cores, UB_BYTES)  # right, first
-    header = np.array([0, mode, 2, 0, *dy_shape, *cos_shape_, start, end, cores, UB_BYTES, 2201, *NO_GATHER],
-                      np.int64)
-    (tmp_path / "in.bin").write_bytes(header.tobytes())
+    (tmp_path / "in.bin").write_bytes(runner_input(conjugate=0, mode=mode, dy_dtype=2, cos_dtype=0, dy=dy_shape,
+                                                   cos=cos_shape_, start=start, end=end, cores=cores,
+                                                   ub_bytes=UB_BYTES, npu_arch=2201))  # zeros
     subprocess.run([kernel_runner, str(tmp_path / "in.bin"), str(tmp_path / "out.bin"), str(tmp_path / "c.json")],
                    check=True)
     counts = json.loads((tmp_path / "c.json").read_text())
@@ -284,11 +283,23 @@ def test_counts_show_blocks_overlap_and_only_slice_bytes(kernel_runner, tmp_path
 
 
 def test_tiling_refusal_reaches_the_launcher(kernel_runner, tmp_path):
-    header = np.array([1, 0, 0, 0, 1, 2, 1, 16, 1, 2, 1, 8, 0, 8, 4, 256, 2201, *NO_GATHER], np.int64)  # 256 B UB
     source = tmp_path / "in.bin"
-    source.write_bytes(header.tobytes() + bytes(2 * 16 * 4 + 2 * 2 * 8 * 4))
+    source.write_bytes(runner_input(bytes(2 * 16 * 4 + 2 * 2 * 8 * 4), conjugate=1, mode=0, dy_dtype=0, cos_dtype=0,
+                                    dy=(1, 2, 1, 16), cos=(1, 2, 1, 8), start=0, end=8, cores=4, ub_bytes=256,
+                                    npu_arch=2201))  # 256 B of UB
     result = subprocess.run([kernel_runner, str(source), str(tmp_path / "out.bin")], capture_output=True)
     assert result.returncode == 2
+
+
+@pytest.mark.parametrize("line, complaint", [
+    (b"conjugate=0 mode=0", "'cores' is missing"), (b"conjugate=0 mod=0", "unknown header field 'mod=0'"),
+    (b"conjugate=x", "'conjugate=x' is not integers")])
+def test_the_runner_refuses_a_header_by_name(kernel_runner, tmp_path, line, complaint):
+    """The runner's fields travel by name: a misspelt, missing or malformed one is refused, never misread."""
+    (tmp_path / "in.bin").write_bytes(line + b"\n")
+    result = subprocess.run([kernel_runner, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and complaint in result.stderr
 
 
 def test_cost_model_reads_the_counts(kernel_runner, tmp_path):

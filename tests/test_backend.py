@@ -13,8 +13,10 @@ from reference import rotary_grad
 import ms_rotary
 from ms_rotary import backend as backend_module
 from ms_rotary import library
-from ms_rotary.kernels import AscendKernel, reg_info
+from ms_rotary.call import CacheRead, RotaryCall
 from ms_rotary.modes import MODE_LAYOUTS
+from ms_rotary.targets import ascend
+from ms_rotary.targets.ascend import AscendKernel
 
 OP_DEF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel", "ascend", "op_host",
                       "ms_rotary_partial_rotary_mul.cpp")
@@ -60,22 +62,26 @@ def test_ascend_registration_matches_the_op_definition():
     by position (inputs positions, lane_masks and attribute positions_axes, under `if (gathers)`), and those
     for q and k in one launch (q and k in and out instead of dy, under `if (with_k)`)."""
     source = open(OP_DEF).read()
-    in_source = {kind: re.findall(rf'{kind}\("(\w+)"\)', source) for kind in ("Input", "Output", "Attr")}
+    in_source = {kind: re.findall(rf'{kind}\("(\w+)"\)', source) for kind in ("Output", "Attr")}
+    input_names = re.search(r"InputNames\(bool gathers, bool with_k\) \{(.*?)\n\}", source, re.S).group(1)
+    in_source["Input"] = re.findall(r'"(\w+)"', input_names)  # DefineRotaryOp declares these, in this order
     tables = {"Input": ["dy", "cos", "sin"], "Output": ["dy"], "Attr": ["rotary_mode", "partial_slice"]}
     gathering = {"Input": ["dy", "cos", "sin", "positions", "lane_masks"], "Output": ["dy"],
                  "Attr": ["rotary_mode", "partial_slice", "positions_axes"]}
     qk = {"Input": ["q", "k", "cos", "sin", "positions", "lane_masks"], "Output": ["q", "k"],
           "Attr": gathering["Attr"]}
-    families = ((AscendKernel.OP_TYPES, tables, {}), (AscendKernel.GATHER_OP_TYPES, gathering, {}),
-                (AscendKernel.GATHER_QK_OP_TYPES, qk, {"qk": True}))
-    for op_types, expected, options in families:
+    table_call = RotaryCall(3, (128, 192), False, False)
+    cache_call = RotaryCall(3, (128, 192), False, False, "q", CacheRead(192))
+    qk_call = RotaryCall(3, (128, 192), False, False, "q", CacheRead(192, with_k=True))
+    families = ((ascend.OP_TYPES, tables, table_call), (ascend.CACHE_READ_OP_TYPES, gathering, cache_call),
+                (ascend.CACHE_READ_QK_OP_TYPES, qk, qk_call))
+    for op_types, expected, call in families:
         for kind, names in expected.items():  # the OpDef declares them in this order
             assert [name for name in in_source[kind] if name in names] == names
-        gathers = "positions" in expected["Input"]
-        for op_name in op_types.values():
+        for conjugate, op_name in op_types.items():
             assert f"OP_ADD({op_name})" in source
-            info = reg_info(op_name, 3, [128, 192], "Ascend", "dy", positions={"positions_axes": [0, 1]} if gathers
-                            else None, lane_masks=gathers, **options)
+            prim = AscendKernel(RotaryCall(**{**call.__dict__, "conjugate": conjugate}), "Ascend").prim
+            info = prim.reg_info
             info = json.loads(info) if isinstance(info, str) else info
             assert [i["name"] for i in info["inputs"]] == expected["Input"]
             assert [o["name"] for o in info["outputs"]] == expected["Output"]
@@ -83,7 +89,8 @@ def test_ascend_registration_matches_the_op_definition():
             assert info["target"] == "Ascend"
             assert len(info["dtype_format"]) == 9
     gated = {name for block in re.findall(r"if \((?:gathers|with_k)\) (\{.*?\}|[^;]*;)", source, re.S)
-             for name in re.findall(r'(?:Input|Output|Attr)\("(\w+)"\)', block)}
+             for name in re.findall(r'(?:Output|Attr)\("(\w+)"\)|^\s*names = \{([^}]*)\}|insert\([^{]*\{([^}]*)\}',
+                                    block, re.M) for name in re.findall(r'"?(\w+)"?', " ".join(name))}
     assert gated == {"positions", "lane_masks", "positions_axes", "q", "k"}  # declared by some ops only
 
 
@@ -91,8 +98,8 @@ def test_ascend_op_types_are_ms_rotarys_own():
     """A custom OPP registering CANN's built-in op types (InplacePartialRotaryMul/Grad, with other attribute
     defaults) would shadow them for every user of the process."""
     source = open(OP_DEF).read()
-    for op_type in (*AscendKernel.OP_TYPES.values(), *AscendKernel.GATHER_OP_TYPES.values(),
-                    *AscendKernel.GATHER_QK_OP_TYPES.values()):
+    for op_type in (*ascend.OP_TYPES.values(), *ascend.CACHE_READ_OP_TYPES.values(),
+                    *ascend.CACHE_READ_QK_OP_TYPES.values()):
         assert op_type.startswith("MsRotary")
     assert "OP_ADD(InplacePartialRotaryMul" not in source
 
@@ -103,7 +110,7 @@ RULES_HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 def test_python_and_the_kernels_read_one_mode_table_and_one_set_of_dtype_ids():
     """The facts the C++ and Ascend kernels take from kernel/common/rotary_rules.h, stated for Python in
-    ms_rotary.modes and ms_rotary.kernels.AscendKernel: a change to one side alone fails here."""
+    ms_rotary.modes and ms_rotary.targets.ascend: a change to one side alone fails here."""
     with open(RULES_HEADER) as header:
         text = header.read()
     layout_ids = {name: int(value) for name, value in re.findall(r"k(Halves|Pairs|Quarters) = (\d)", text)}
@@ -112,4 +119,4 @@ def test_python_and_the_kernels_read_one_mode_table_and_one_set_of_dtype_ids():
     assert {int(mode): (x.lower(), y.lower()) for x, y, mode in rows} == MODE_LAYOUTS
     assert set(layout_ids) == {"Halves", "Pairs", "Quarters"}
     dtypes = dict(re.findall(r"k(Float32|Float16|BFloat16) = (\d)", text))
-    assert {name.lower(): int(value) for name, value in dtypes.items()} == AscendKernel.DTYPE_IDS
+    assert {name.lower(): int(value) for name, value in dtypes.items()} == ascend.DTYPE_IDS

@@ -286,17 +286,17 @@ def test_on_ascend_the_layer_uses_the_gathering_ops_with_lane_masks(ascend_devic
                      cache_dtype=DTYPES[cache_dtype])
     arguments.update(kwargs)
     layer = RotaryEmbedding(**arguments)
-    assert layer.backend == "ascend" and layer.guard is not None
+    assert layer.backend == "ascend"
     for rotate, op_type in ((layer.rotate_q, "MsRotaryPartialRotaryMulPositions"),
-                            (layer.rotate_q.transpose, "MsRotaryPartialRotaryMulPositionsGrad"),
+                            (layer.rotate_q.backward.transpose, "MsRotaryPartialRotaryMulPositionsGrad"),
                             (layer.rotate_qk, "MsRotaryPartialRotaryMulPositionsQK"),
-                            (layer.rotate_qk.transpose, "MsRotaryPartialRotaryMulPositionsQKGrad")):
+                            (layer.rotate_qk.backward.transpose, "MsRotaryPartialRotaryMulPositionsQKGrad")):
         assert rotate.kernel.prim.func == op_type
-    call = layer.rotate_q.call
+    cache = layer.rotate_q.call.cache
     masks = layer.rotate_q.kernel.lane_masks.asnumpy()
     words = 2 if cache_dtype == "float32" else 1
     assert masks.shape == (layer.channels, (SLICE[1] - SLICE[0]) * words) and set(np.unique(masks)) <= {0, -1}
-    lanes = np.zeros(SLICE[1] - SLICE[0]) if call.lane_channels is None else np.array(call.lane_channels)
+    lanes = np.zeros(SLICE[1] - SLICE[0]) if cache.lane_channels is None else np.array(cache.lane_channels)
     np.testing.assert_array_equal(np.argmax(masks != 0, axis=0), np.repeat(lanes, words))
     np.testing.assert_array_equal((masks != 0).sum(axis=0), 1)
 
@@ -310,16 +310,15 @@ def test_on_ascend_a_position_outside_the_cache_is_refused_on_the_host(ascend_de
     np.testing.assert_array_equal(q.asnumpy(), 1)
 
 
-@pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
-def test_the_ascend_graph_asserts_positions_inside_the_cache(exec_mode):
-    """The guard an Ascend layer puts before its kernel (which clamps rather than raise): positions pass through
-    unchanged, and one outside the cache stops the graph (MindSpore's Assert, here on CPU)."""
-    from ms_rotary.embedding import _PositionsGuard
-    inside = ms.Tensor(POSITIONS[None])
-    np.testing.assert_array_equal(_run(exec_mode, _PositionsGuard(CACHE), inside).asnumpy(), POSITIONS[None])
-    for bad in (-1, CACHE):  # a new guard each: a graph whose assertion failed refuses to run again
-        with pytest.raises(RuntimeError, match="assert failed"):
-            _run(exec_mode, _PositionsGuard(CACHE), ms.Tensor([[[0, bad]]])).asnumpy()
+@pytest.mark.parametrize("exec_mode, bad", [("pynative", -1), ("GRAPH_MODE", CACHE)])
+def test_the_ascend_graph_refuses_positions_outside_the_cache_by_name(exec_mode, bad):
+    """The check an Ascend kernel gets before it runs (its kernel clamps rather than raise): positions pass
+    through unchanged, and one outside the cache is ms_rotary's error naming it (here on CPU)."""
+    from ms_rotary.targets.ascend import PositionsInCache
+    inside, cos = ms.Tensor(POSITIONS[None]), ms.Tensor(np.zeros((1, CACHE, 1, 2), np.float32))
+    np.testing.assert_array_equal(_run(exec_mode, PositionsInCache(), inside, cos).asnumpy(), POSITIONS[None])
+    with pytest.raises(ValueError, match=f"position {bad} is outside the cos/sin cache \\[0, {CACHE}\\)"):
+        _run(exec_mode, PositionsInCache(), ms.Tensor([[[0, bad]]]), cos).asnumpy()
 
 
 @pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
@@ -437,11 +436,11 @@ def test_inplace_in_a_graph_writes_q_and_k_with_the_out_of_place_gradients(dtype
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda layer, q, k: ms.grad(lambda q: layer(q * 1, None, np.arange(S)).sum())(q),
-     "cannot write q while PyNative autograd records"),
+    (lambda layer, q, k: ms.grad(lambda q: layer(q, None, np.arange(S)).sum())(q),
+     "cannot rotate q in place while PyNative autograd records: q is a leaf"),
     (lambda layer, q, k: layer(q.transpose(0, 2, 1, 3).transpose(0, 2, 1, 3)[:, :, :2], None, np.arange(S)),
-     "q .* is a non-contiguous view"),
-    (lambda layer, q, k: layer(q, q, np.arange(S)), "q and k in memory of their own"),
+     "q must be contiguous"),
+    (lambda layer, q, k: layer(q, q, np.arange(S)), "k shares memory with q"),
 ])
 def test_inplace_refusals_write_nothing(call, match):
     rng = np.random.default_rng(41)

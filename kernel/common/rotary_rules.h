@@ -27,6 +27,31 @@ enum Status : int {
   kBadPositions = 15, // a position outside the cos/sin cache, or positions that do not fit dy's B and S
 };
 
+// What each status means, for errors (ms_rotary/library.py reads them through ms_rotary_status_message).
+inline const char *status_message(int status) {
+  switch (status) {
+    case kOk: return "ok";
+    case kBadParamCount: return "bad parameter count or null pointer";
+    case kBadRank: return "a tensor is not 4-D, has a negative dimension, or the output shape differs from dy's";
+    case kBadDTypeCode: return "unsupported dtype";
+    case kCosSinMismatch: return "cos and sin differ in shape or dtype";
+    case kBadBroadcast: return "cos/sin do not broadcast to dy";
+    case kBadSlice: return "partial_slice out of range";
+    case kBadSliceLength: return "slice length not divisible as the mode needs";
+    case kBadMode: return "rotary_mode out of range";
+    case kHeadDimTooLarge: return "head dim D above 1024";
+    case kBadCosLength: return "cos/sin last dim differs from the slice length";
+    case kMissingAttr: return "rotary_mode/partial_slice attribute missing";
+    case kShapeTooLarge: return "a tensor's element or byte count overflows int64";
+    case kNoUbRoom: return "one row's slice does not fit in the Ascend unified buffer";
+    case kBadCoreCount: return "no Ascend vector core";
+    case kBadPositions:
+      return "a position outside the cos/sin cache, or positions (M-RoPE: or lane channels) that do not fit the "
+             "tensors";
+    default: return nullptr;
+  }
+}
+
 constexpr int64_t kMaxHeadDim = 1024;
 
 // Lane layouts of a slice (docs/operator.md): which lanes form each rotated pair.
@@ -45,7 +70,7 @@ constexpr ModeLayouts kModeLayouts[4] = {
 };
 
 // dtypes by id: the CPU kernel's, the Ascend tiling key's and the host runner's (for Python:
-// ms_rotary/kernels.py, AscendKernel.DTYPE_IDS; tests/test_backend.py holds the two equal).
+// ms_rotary/targets/ascend.py, DTYPE_IDS; tests/test_backend.py holds the two equal).
 enum DType : int { kBadDType = -1, kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 constexpr int64_t dtype_bytes(int64_t dtype) { return dtype == kFloat32 ? 4 : 2; }
 
@@ -194,6 +219,18 @@ inline Status check_positions_shape(const int64_t *dy, const int64_t *cache, con
     return kBadPositions;
   }
   return pos.channels < 1 || pos.channels > 3 ? kBadPositions : kOk;
+}
+
+// The index of the position a refusal names when one of `count` lies outside the cache [0, rows): the
+// smallest if negative, else the largest (as ms_rotary/constraints.py names it); -1 when all lie inside.
+inline int64_t position_outside(const int64_t *values, int64_t count, int64_t rows) {
+  int64_t low = 0, high = 0;
+  for (int64_t i = 1; i < count; ++i) {
+    if (values[i] < values[low]) low = i;
+    if (values[i] > values[high]) high = i;
+  }
+  if (count == 0) return -1;
+  return values[low] < 0 ? low : values[high] >= rows ? high : -1;
 }
 
 // Where dy row (i0, i1, i2) finds its token in one channel of the positions, per dy axis: 1 on the sequence

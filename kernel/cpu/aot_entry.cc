@@ -1,9 +1,14 @@
-// MindSpore ops.Custom(func_type="aot") entry points for the CPU kernel.
-// Built with -D_GLIBCXX_USE_CXX11_ABI=0: MindSpore passes std::string across this boundary in the old ABI.
+// MindSpore ops.Custom(func_type="aot") entry points for the CPU kernel, and the plain C entries eager calls,
+// tests and benchmarks use. Built with -D_GLIBCXX_USE_CXX11_ABI=0: MindSpore passes std::string across this
+// boundary in the old ABI.
+// An AOT entry refuses a call by throwing std::invalid_argument: MindSpore reports its text ("... Error message
+// is <text>"), where a status code would only give a number. The plain C entries never throw.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rotary_kernel.h"
@@ -80,6 +85,28 @@ int read_rotary_attrs(AotExtraView *attrs, const int64_t *cos_shape, int64_t *mo
   return ms_rotary::kOk;
 }
 
+// Throws the refusal of a call that returned `status` (never kOk).
+[[noreturn]] void refuse(int status) {
+  throw std::invalid_argument(std::string("ms_rotary: the CPU kernel refused its arguments: ") +
+                              ms_rotary::status_message(status));
+}
+
+// The attribute position_error (the caller's message, "{position}" and "{cache_rows}" in it) filled in.
+std::string fill_position_message(AotExtraView *attrs, int64_t position, int64_t cache_rows) {
+  std::string text = attrs->HasAttr("position_error") ? attrs->GetAttrStr("position_error")
+                                                      : "ms_rotary: position {position} is outside the cos/sin cache "
+                                                        "[0, {cache_rows})";
+  for (const auto &[key, value] : {std::pair<std::string, int64_t>{"{position}", position},
+                                   std::pair<std::string, int64_t>{"{cache_rows}", cache_rows}}) {
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at)) {
+      const std::string digits = std::to_string(static_cast<long long>(value));
+      text.replace(at, key.size(), digits);
+      at += digits.size();
+    }
+  }
+  return text;
+}
+
 // params: dy, cos, sin, then the output dx, shaped and typed like dy: dy with its slice rotated. Graph mode
 // only computes out of place; an in-place call writes dx back with MindSpore's InplaceCopy.
 int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra, bool conjugate) {
@@ -95,9 +122,11 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   if (ms_rotary::dtype_from_name(dtypes[3]) != ms_rotary::dtype_from_name(dtypes[0])) return ms_rotary::kBadDTypeCode;
   int64_t mode, start, end;
   const int status = read_rotary_attrs(static_cast<AotExtraView *>(extra), shapes[1], &mode, &start, &end);
-  if (status != ms_rotary::kOk) return status;
-  return ms_rotary_run(params[0], params[3], params[1], params[2], shapes[0], shapes[1], shapes[2], dtypes[0],
-                       dtypes[1], dtypes[2], mode, start, end, conjugate ? 1 : 0, 0);
+  if (status != ms_rotary::kOk) refuse(status);
+  const int run_status = ms_rotary_run(params[0], params[3], params[1], params[2], shapes[0], shapes[1], shapes[2],
+                                       dtypes[0], dtypes[1], dtypes[2], mode, start, end, conjugate ? 1 : 0, 0);
+  if (run_status != ms_rotary::kOk) refuse(run_status);
+  return 0;
 }
 
 // params: dy, cos, sin, positions, then the output: dy with its slice rotated by the cache rows the positions
@@ -119,35 +148,64 @@ int run_positions(int nparam, void **params, int *ndims, int64_t **shapes, const
   auto *attrs = static_cast<AotExtraView *>(extra);
   int64_t mode, start, end;
   const int status = read_rotary_attrs(attrs, shapes[1], &mode, &start, &end);
-  if (status != ms_rotary::kOk) return status;
+  if (status != ms_rotary::kOk) refuse(status);
   std::vector<int64_t> axes{0, 1}, lane_channels;
   if (attrs->HasAttr("positions_axes")) axes = attrs->GetAttrIntVec("positions_axes");
   if (shapes[3][0] > 1) {
-    if (!attrs->HasAttr("lane_channels")) return ms_rotary::kMissingAttr;
+    if (!attrs->HasAttr("lane_channels")) refuse(ms_rotary::kMissingAttr);
     lane_channels = attrs->GetAttrIntVec("lane_channels");
-    if (static_cast<int64_t>(lane_channels.size()) != end - start) return ms_rotary::kBadPositions;
+    if (static_cast<int64_t>(lane_channels.size()) != end - start) refuse(ms_rotary::kBadPositions);
   }
-  if (axes.size() != 2) return ms_rotary::kBadPositions;
-  return ms_rotary_run_positions(params[0], params[4], nullptr, nullptr, params[1], params[2],
-                                 static_cast<const int64_t *>(params[3]), shapes[3],
-                                 lane_channels.empty() ? nullptr : lane_channels.data(), axes[0], axes[1], shapes[0],
-                                 nullptr, shapes[1], dtypes[0], dtypes[1], mode, start, end, conjugate ? 1 : 0, 0);
+  if (axes.size() != 2) refuse(ms_rotary::kBadPositions);
+  // The one refusal only the values show: a position outside the cache, named in the caller's words.
+  const auto *positions = static_cast<const int64_t *>(params[3]);
+  const int64_t count = shapes[3][0] * shapes[3][1] * shapes[3][2];
+  const int64_t outside = ms_rotary::position_outside(positions, count, shapes[1][1]);
+  if (outside >= 0) throw std::invalid_argument(fill_position_message(attrs, positions[outside], shapes[1][1]));
+  const int run_status = ms_rotary_run_positions(
+      params[0], params[4], nullptr, nullptr, params[1], params[2], positions, shapes[3],
+      lane_channels.empty() ? nullptr : lane_channels.data(), axes[0], axes[1], shapes[0], nullptr, shapes[1],
+      dtypes[0], dtypes[1], mode, start, end, conjugate ? 1 : 0, 0);
+  if (run_status != ms_rotary::kOk) refuse(run_status);
+  return 0;
+}
+
+// params: x twice (read-only), then a 1-element int32 output. A graph's in-place call puts this before its
+// write into x: MindSpore 2.10 hands a kernel's input its tensor's own memory when that tensor is contiguous
+// and whole, and each input a separate contiguous copy when it is a view (non-contiguous, or part of a larger
+// tensor), which its InplaceCopy would then write in the wrong order (its own Tensor.add_ too). So two
+// different addresses mean a view: refused (attribute "message") before anything is written.
+int write_guard(int nparam, void **params, int * /*ndims*/, int64_t ** /*shapes*/, const char ** /*dtypes*/,
+                void *extra) {
+  if (nparam != 3 || params == nullptr || params[2] == nullptr) refuse(ms_rotary::kBadParamCount);
+  auto *attrs = static_cast<AotExtraView *>(extra);
+  if (params[0] != params[1]) {
+    throw std::invalid_argument(attrs != nullptr && attrs->HasAttr("message")
+                                    ? attrs->GetAttrStr("message")
+                                    : std::string("ms_rotary: an in-place write into a view is refused"));
+  }
+  *static_cast<int32_t *>(params[2]) = 0;
+  return 0;
 }
 
 }  // namespace
 
-// MindSpore's AOT signature around one of the runners above (the names are library.AOT_ENTRIES and
-// library.AOT_POSITIONS_ENTRIES).
-#define MS_ROTARY_AOT_ENTRY(name, runner, conjugate)                                                  \
+// MindSpore's AOT signature around one of the runners above (the names are library.AOT_ENTRIES,
+// library.AOT_POSITIONS_ENTRIES and library.AOT_WRITE_GUARD).
+#define MS_ROTARY_AOT_ENTRY(name, call)                                                             \
   extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
                       void * /*stream*/, void *extra) {                                           \
-    return runner(nparam, params, ndims, shapes, dtypes, extra, conjugate);                       \
+    return call;                                                                                  \
   }
 
-MS_ROTARY_AOT_ENTRY(RotaryMulOut, run, false)
-MS_ROTARY_AOT_ENTRY(RotaryMulGradOut, run, true)
-MS_ROTARY_AOT_ENTRY(RotaryPositionsOut, run_positions, false)
-MS_ROTARY_AOT_ENTRY(RotaryPositionsGradOut, run_positions, true)
+MS_ROTARY_AOT_ENTRY(RotaryMulOut, run(nparam, params, ndims, shapes, dtypes, extra, false))
+MS_ROTARY_AOT_ENTRY(RotaryMulGradOut, run(nparam, params, ndims, shapes, dtypes, extra, true))
+MS_ROTARY_AOT_ENTRY(RotaryPositionsOut, run_positions(nparam, params, ndims, shapes, dtypes, extra, false))
+MS_ROTARY_AOT_ENTRY(RotaryPositionsGradOut, run_positions(nparam, params, ndims, shapes, dtypes, extra, true))
+MS_ROTARY_AOT_ENTRY(RotaryWriteGuard, write_guard(nparam, params, ndims, shapes, dtypes, extra))
+
+// The text of a status code (rotary_rules.h, status_message), or null for a code that is none.
+extern "C" const char *ms_rotary_status_message(int status) { return ms_rotary::status_message(status); }
 
 // Plain C entry for host tests and benchmarks that call the kernel without MindSpore.
 extern "C" int ms_rotary_run(void *dy, void *out, const void *cos, const void *sin, const int64_t *dy_shape,
@@ -215,6 +273,20 @@ extern "C" int ms_rotary_run_positions(void *q, void *q_out, void *k, void *k_ou
       q_shape == nullptr || cache_shape == nullptr || (k != nullptr && k_shape == nullptr)) {
     return ms_rotary::kBadParamCount;
   }
+  // A private copy of the positions: they may share memory with q or k, which an in-place call writes.
+  int64_t count = 1;
+  for (int i = 0; i < 3; ++i) {
+    if (positions_shape[i] < 0 || __builtin_mul_overflow(count, positions_shape[i], &count)) {
+      return ms_rotary::kBadPositions;
+    }
+  }
+  std::vector<int64_t> own_positions;
+  try {
+    own_positions.assign(positions, positions + count);
+  } catch (const std::exception &) {
+    return ms_rotary::kShapeTooLarge;
+  }
+  positions = own_positions.data();
   ms_rotary::RotaryProblem problems[2]{};
   const int heads = k != nullptr ? 2 : 1;
   for (int h = 0; h < heads; ++h) {

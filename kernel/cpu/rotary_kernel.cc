@@ -529,11 +529,8 @@ Status check_positions(const RotaryProblem &p) {
   for (int64_t l = 0; pos.channels > 1 && l < len; ++l) {
     if (pos.lane_channels[l] < 0 || pos.lane_channels[l] >= pos.channels) return kBadPositions;
   }
-  const int64_t count = pos.channels * pos.batch * pos.seq, cache_rows = p.cos_shape[1];
-  for (int64_t i = 0; i < count; ++i) {
-    if (pos.values[i] < 0 || pos.values[i] >= cache_rows) return kBadPositions;
-  }
-  return kOk;
+  const int64_t count = pos.channels * pos.batch * pos.seq;
+  return position_outside(pos.values, count, p.cos_shape[1]) < 0 ? kOk : kBadPositions;
 }
 
 int64_t element_count(const int64_t *shape) { return shape[0] * shape[1] * shape[2] * shape[3]; }

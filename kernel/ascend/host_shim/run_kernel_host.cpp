@@ -1,18 +1,22 @@
 // Runs the Ascend kernel sources on the host through the shim, block after block, as a vector-core
-// launch would. Usage: run_kernel_host IN OUT [COUNTS], where IN holds a header of int64 values
-//   conjugate mode dy_dtype cos_dtype dy[4] cos[4] start end core_num ub_bytes npu_arch
-//   channels positions_batch batch_axis seq_axis k_heads
+// launch would. Usage: run_kernel_host IN OUT [COUNTS], where IN starts with one line of named values
+// (benchmarks/ascend_model.py, runner_input, writes it; a missing required name or an unknown one is refused):
+//   conjugate mode dy_dtype cos_dtype dy=B,S,N,D cos=b,s,n,L start end cores ub_bytes npu_arch
+//   [channels positions_batch batch_axis seq_axis k_heads]
 // (npu_arch 3510: an Ascend 950, whose tiling picks the register-based kernel where the slice fits it;
 // channels 1-3: the ops that gather cos/sin rows by position, cos the cache [1, P, 1, L], positions
-// [channels, positions_batch, S]; 0: cos broadcast over dy; k_heads > 0: the q+k ops, k dy's shape with that
-// many heads) then dy (and k) bytes, cos, sin bytes, and when gathering the int64 positions and the int16 lane
-// masks [channels, L * cos bytes / 2] (or nothing: zeros, positions 0, 1, 2, ... along S, to count a large
-// launch cheaply); OUT receives dy (and k) after the call; COUNTS (JSON) what each core did.
-// Exit 2: the tiling refused the problem.
+// [channels, positions_batch, S]; 0, the default: cos broadcast over dy; k_heads > 0: the q+k ops, k dy's shape
+// with that many heads), then dy (and k) bytes, cos, sin bytes, and when gathering the int64 positions and the
+// int16 lane masks [channels, L * cos bytes / 2] (or nothing: zeros, positions 0, 1, 2, ... along S, to count a
+// large launch cheaply); OUT receives dy (and k) after the call; COUNTS (JSON) what each core did.
+// Exit 2: the tiling refused the problem; 1: a bad input file.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "../op_host/rotary_tiling.h"
@@ -57,6 +61,46 @@ void write_counts(const char *path, const ms_rotary_ascend::RotaryTiling &t) {
   std::fclose(f);
 }
 
+// The input file's first line, "name=value ..." (values: integers, or comma-separated lists of them).
+// Returns false, saying why on stderr, for a malformed line, an unknown name or a missing required one.
+bool read_header(const std::string &line, std::map<std::string, std::vector<int64_t>> *fields) {
+  static const std::map<std::string, std::vector<int64_t>> kDefaults = {
+      {"conjugate", {}}, {"mode", {}},    {"dy_dtype", {}},         {"cos_dtype", {}},   {"dy", {}},
+      {"cos", {}},       {"start", {}},   {"end", {}},              {"cores", {}},       {"ub_bytes", {}},
+      {"npu_arch", {}},  {"channels", {0}}, {"positions_batch", {1}}, {"batch_axis", {0}}, {"seq_axis", {1}},
+      {"k_heads", {0}}};
+  *fields = kDefaults;
+  std::istringstream words(line);
+  std::string word;
+  while (words >> word) {
+    const size_t eq = word.find('=');
+    const std::string name = word.substr(0, eq);
+    if (eq == std::string::npos || kDefaults.count(name) == 0) {
+      std::fprintf(stderr, "run_kernel_host: unknown header field '%s'\n", word.c_str());
+      return false;
+    }
+    std::vector<int64_t> values;
+    std::istringstream items(word.substr(eq + 1));
+    std::string item;
+    try {
+      while (std::getline(items, item, ',')) values.push_back(std::stoll(item));
+    } catch (const std::exception &) {
+      std::fprintf(stderr, "run_kernel_host: header field '%s' is not integers\n", word.c_str());
+      return false;
+    }
+    (*fields)[name] = values;
+  }
+  for (const auto &[name, values] : *fields) {
+    const size_t expected = name == "dy" || name == "cos" ? 4 : 1;
+    if (values.size() != expected) {
+      std::fprintf(stderr, "run_kernel_host: header field '%s' is missing or needs %zu value(s)\n", name.c_str(),
+                   expected);
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" void ms_rotary_partial_rotary_mul(GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR);
@@ -73,31 +117,32 @@ extern "C" void ms_rotary_partial_rotary_mul_positions_qk_grad(GM_ADDR, GM_ADDR,
 int main(int argc, char **argv) {
   if (argc != 3 && argc != 4) return 1;
   std::ifstream in(argv[1], std::ios::binary);
+  std::string line;
+  std::map<std::string, std::vector<int64_t>> h;
+  if (!std::getline(in, line) || !read_header(line, &h)) return 1;
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  constexpr int kHeader = 22;
-  if (bytes.size() < kHeader * sizeof(int64_t)) return 1;
-  const int64_t *h = reinterpret_cast<const int64_t *>(bytes.data());
   ms_rotary_ascend::RotaryShape shape{};
-  shape.conjugate = h[0] != 0;
-  shape.rotary_mode = h[1];
-  shape.dy_dtype_id = h[2];
-  shape.cos_dtype_id = h[3];
+  shape.conjugate = h["conjugate"][0] != 0;
+  shape.rotary_mode = h["mode"][0];
+  shape.dy_dtype_id = h["dy_dtype"][0];
+  shape.cos_dtype_id = h["cos_dtype"][0];
   for (int i = 0; i < 4; ++i) {
-    shape.dy[i] = h[4 + i];
-    shape.cos[i] = h[8 + i];
+    shape.dy[i] = h["dy"][i];
+    shape.cos[i] = h["cos"][i];
   }
-  shape.start = h[12];
-  shape.end = h[13];
-  const int64_t core_num = h[14];
-  shim::ub_limit = h[15];
-  shape.arch35 = h[16] == 3510;
-  shape.gathers = h[17] != 0;
-  shape.positions.channels = h[17];
-  shape.positions.batch = h[18];
-  shape.positions.batch_axis = h[19];
-  shape.positions.seq_axis = h[20];
-  shape.positions.seq = shape.positions.seq_axis >= 0 && shape.positions.seq_axis < 3 ? shape.dy[h[20]] : -1;
-  shape.k_heads = h[21];
+  shape.start = h["start"][0];
+  shape.end = h["end"][0];
+  const int64_t core_num = h["cores"][0];
+  shim::ub_limit = h["ub_bytes"][0];
+  shape.arch35 = h["npu_arch"][0] == 3510;
+  shape.gathers = h["channels"][0] != 0;
+  shape.positions.channels = h["channels"][0];
+  shape.positions.batch = h["positions_batch"][0];
+  shape.positions.batch_axis = h["batch_axis"][0];
+  shape.positions.seq_axis = h["seq_axis"][0];
+  shape.positions.seq = shape.positions.seq_axis >= 0 && shape.positions.seq_axis < 3 ? shape.dy[shape.positions.seq_axis]
+                                                                                      : -1;
+  shape.k_heads = h["k_heads"][0];
   ms_rotary_ascend::RotaryTiling t{};
   if (ms_rotary_ascend::compute_rotary_tiling(shape, core_num, shim::ub_limit, &t) != ms_rotary::kOk) {
     return 2;
@@ -115,10 +160,10 @@ int main(int argc, char **argv) {
   const int64_t masks_bytes = shape.gathers ? shape.positions.channels * (shape.end - shape.start) *
                                                   ms_rotary::dtype_bytes(shape.cos_dtype_id) : 0;
   // Separate exact-size copies, so AddressSanitizer catches any access outside each tensor.
-  const bool zeros = bytes.size() == kHeader * sizeof(int64_t);
+  const bool zeros = bytes.empty();
   const int64_t payload_bytes = dy_bytes + k_bytes + 2 * cos_bytes + positions_count * 8 + masks_bytes;
-  if (!zeros && static_cast<int64_t>(bytes.size()) != kHeader * 8 + payload_bytes) return 1;
-  const char *payload = bytes.data() + kHeader * sizeof(int64_t);
+  if (!zeros && static_cast<int64_t>(bytes.size()) != payload_bytes) return 1;
+  const char *payload = bytes.data();
   std::vector<uint8_t> dy(dy_bytes), k(k_bytes), cos(cos_bytes), sin(cos_bytes);
   std::vector<int64_t> positions(positions_count);
   std::vector<uint8_t> masks(masks_bytes);

@@ -5,12 +5,40 @@
 // compiler (built by kernel/ascend/build.sh; needs CANN).
 // dy is both input and output: the op writes the rotated slice back into it. The tiling arithmetic lives in
 // rotary_tiling.cpp, tested on the host.
+#include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "ms_rotary_partial_rotary_mul_tiling.h"
 #include "register/op_def_registry.h"
 #include "rotary_tiling.h"
 #include "tiling/platform/platform_ascendc.h"
+
+namespace ms_rotary_ascend {
+
+// The inputs of each op family, in the OpDef's order: DefineRotaryOp declares them from this list and the
+// tiling finds each by name in it, so the two cannot disagree. gathers: positions and lane_masks after sin;
+// with_k: q and k instead of dy.
+std::vector<const char *> InputNames(bool gathers, bool with_k) {
+  std::vector<const char *> names;
+  if (with_k) {
+    names = {"q", "k"};
+  } else {
+    names = {"dy"};
+  }
+  names.insert(names.end(), {"cos", "sin"});
+  if (gathers) names.insert(names.end(), {"positions", "lane_masks"});
+  return names;
+}
+
+size_t InputIndex(const std::vector<const char *> &names, const char *name) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::strcmp(names[i], name) == 0) return i;
+  }
+  return names.size();  // no such input: GetInputShape returns null for it
+}
+
+}  // namespace ms_rotary_ascend
 
 namespace optiling {
 namespace {
@@ -20,58 +48,97 @@ int64_t dtype_id(ge::DataType dtype) {
                                                                               : ms_rotary::kBFloat16;
 }
 
-// gathers: the ops with positions and lane_masks after sin; with_k: the q+k ops, whose input 1 is k.
+// A refused tiling says why, as CANN's OP_LOGE does (the op's node name, then the reason), on the host's stderr,
+// which CANN's log collects; then the graph fails to build.
+#define MS_ROTARY_TILING_CHECK(context, condition, ...)                                                  \
+  do {                                                                                                    \
+    if (!(condition)) {                                                                                   \
+      std::fprintf(stderr, "[ERROR] ms_rotary tiling [%s]: ", (context)->GetNodeName() != nullptr        \
+                                                                  ? (context)->GetNodeName() : "?");     \
+      std::fprintf(stderr, __VA_ARGS__);                                                                  \
+      std::fprintf(stderr, "\n");                                                                         \
+      return ge::GRAPH_FAILED;                                                                            \
+    }                                                                                                     \
+  } while (0)
+
+// The storage shape of input `name`, or null for an absent one.
+const gert::Shape *InputShape(gert::TilingContext *context, const std::vector<const char *> &names,
+                              const char *name) {
+  const gert::StorageShape *shape = context->GetInputShape(ms_rotary_ascend::InputIndex(names, name));
+  return shape == nullptr ? nullptr : &shape->GetStorageShape();
+}
+
+const gert::CompileTimeTensorDesc *InputDesc(gert::TilingContext *context, const std::vector<const char *> &names,
+                                             const char *name) {
+  return context->GetInputDesc(ms_rotary_ascend::InputIndex(names, name));
+}
+
+// gathers: the ops with positions and lane_masks after sin; with_k: the q+k ops.
 ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate, bool gathers, bool with_k = false) {
-  const size_t table = with_k ? 2 : 1;  // cos's input index; sin, positions, lane_masks follow it
-  const gert::Shape dy = context->GetInputShape(0)->GetStorageShape();
-  const gert::Shape cos = context->GetInputShape(table)->GetStorageShape();
-  const gert::Shape sin = context->GetInputShape(table + 1)->GetStorageShape();
-  if (dy.GetDimNum() != 4 || cos.GetDimNum() != 4 || sin.GetDimNum() != 4) return ge::GRAPH_FAILED;
+  const std::vector<const char *> names = ms_rotary_ascend::InputNames(gathers, with_k);
+  const char *rotated = with_k ? "q" : "dy";
+  const gert::Shape *dy = InputShape(context, names, rotated);
+  const gert::Shape *cos = InputShape(context, names, "cos");
+  const gert::Shape *sin = InputShape(context, names, "sin");
+  const auto *dy_desc = InputDesc(context, names, rotated);
+  const auto *cos_desc = InputDesc(context, names, "cos");
+  const auto *sin_desc = InputDesc(context, names, "sin");
+  MS_ROTARY_TILING_CHECK(context, dy && cos && sin && dy_desc && cos_desc && sin_desc, "an input shape or desc is missing");
+  MS_ROTARY_TILING_CHECK(context, dy->GetDimNum() == 4 && cos->GetDimNum() == 4 && sin->GetDimNum() == 4,
+                         "%s, cos and sin must be 4-D, got %zu, %zu and %zu dims", rotated, dy->GetDimNum(),
+                         cos->GetDimNum(), sin->GetDimNum());
   const auto *attrs = context->GetAttrs();
-  const int64_t mode = *attrs->GetAttrPointer<int64_t>(0);
+  MS_ROTARY_TILING_CHECK(context, attrs != nullptr, "the op has no attributes");
+  const int64_t *mode = attrs->GetAttrPointer<int64_t>(0);
   const auto *slice = attrs->GetAttrPointer<gert::ContinuousVector>(1);
+  MS_ROTARY_TILING_CHECK(context, mode != nullptr && slice != nullptr && slice->GetSize() == 2,
+                         "attributes rotary_mode and partial_slice (two values) are required");
   const int64_t *bounds = static_cast<const int64_t *>(slice->GetData());
   ms_rotary_ascend::RotaryShape shape{};
   for (size_t i = 0; i < 4; ++i) {
-    shape.dy[i] = dy.GetDim(i);
-    shape.cos[i] = cos.GetDim(i);
-    if (sin.GetDim(i) != cos.GetDim(i)) return ge::GRAPH_FAILED;
+    shape.dy[i] = dy->GetDim(i);
+    shape.cos[i] = cos->GetDim(i);
+    MS_ROTARY_TILING_CHECK(context, sin->GetDim(i) == cos->GetDim(i), "cos and sin differ in shape at axis %zu", i);
   }
-  const ge::DataType dy_type = context->GetInputDesc(0)->GetDataType();
-  const ge::DataType cos_type = context->GetInputDesc(table)->GetDataType();
-  if (context->GetInputDesc(table + 1)->GetDataType() != cos_type) return ge::GRAPH_FAILED;
+  const ge::DataType dy_type = dy_desc->GetDataType();
+  const ge::DataType cos_type = cos_desc->GetDataType();
+  MS_ROTARY_TILING_CHECK(context, sin_desc->GetDataType() == cos_type, "cos and sin differ in dtype");
   shape.dy_dtype_id = dtype_id(dy_type);
   shape.cos_dtype_id = dtype_id(cos_type);
-  shape.rotary_mode = mode;
-  if (slice->GetSize() != 2) return ge::GRAPH_FAILED;
+  shape.rotary_mode = *mode;
   shape.start = bounds[0];
   shape.end = ms_rotary::slice_end(bounds[0], bounds[1], shape.cos);
   shape.conjugate = conjugate;
   shape.gathers = gathers;
   if (gathers) {  // positions [channels, 1|B, S], lane masks; attribute 2: dy's (B, S) axes
-    const gert::Shape positions = context->GetInputShape(table + 2)->GetStorageShape();
+    const gert::Shape *positions = InputShape(context, names, "positions");
+    const gert::Shape *masks = InputShape(context, names, "lane_masks");
     const auto *axes = attrs->GetAttrPointer<gert::ContinuousVector>(2);
-    if (positions.GetDimNum() != 3 || axes->GetSize() != 2) return ge::GRAPH_FAILED;
+    MS_ROTARY_TILING_CHECK(context, positions && masks && axes, "positions, lane_masks or positions_axes missing");
+    MS_ROTARY_TILING_CHECK(context, positions->GetDimNum() == 3 && axes->GetSize() == 2,
+                           "positions must be [channels, 1|B, S] and positions_axes two values");
     const int64_t *axis = static_cast<const int64_t *>(axes->GetData());
-    shape.positions.channels = positions.GetDim(0);
-    shape.positions.batch = positions.GetDim(1);
-    shape.positions.seq = positions.GetDim(2);
+    shape.positions.channels = positions->GetDim(0);
+    shape.positions.batch = positions->GetDim(1);
+    shape.positions.seq = positions->GetDim(2);
     shape.positions.batch_axis = axis[0], shape.positions.seq_axis = axis[1];
-    const gert::Shape masks = context->GetInputShape(table + 3)->GetStorageShape();  // the kernel reads it all
     const int64_t mask_bytes = (shape.end - shape.start) * ms_rotary::dtype_bytes(shape.cos_dtype_id);
-    if (masks.GetDimNum() != 2 || masks.GetDim(0) != positions.GetDim(0) || masks.GetDim(1) * 2 != mask_bytes) {
-      return ge::GRAPH_FAILED;
-    }
+    MS_ROTARY_TILING_CHECK(context, masks->GetDimNum() == 2 && masks->GetDim(0) == positions->GetDim(0) &&
+                                        masks->GetDim(1) * 2 == mask_bytes,  // the kernel reads it all
+                           "lane_masks must be [channels, L * cos bytes / 2]");
   }
   if (with_k) {  // k: q's shape but for its heads axis (the one neither positions axis names)
-    const gert::Shape k = context->GetInputShape(1)->GetStorageShape();
+    const gert::Shape *k = InputShape(context, names, "k");
+    const auto *k_desc = InputDesc(context, names, "k");
     const int64_t heads_axis = 3 - shape.positions.batch_axis - shape.positions.seq_axis;
-    if (k.GetDimNum() != 4 || heads_axis < 0 || heads_axis > 2) return ge::GRAPH_FAILED;
+    MS_ROTARY_TILING_CHECK(context, k && k_desc && k->GetDimNum() == 4 && heads_axis >= 0 && heads_axis <= 2,
+                           "k must be 4-D beside q's layout");
     for (size_t i = 0; i < 4; ++i) {
-      if (static_cast<int64_t>(i) != heads_axis && k.GetDim(i) != dy.GetDim(i)) return ge::GRAPH_FAILED;
+      MS_ROTARY_TILING_CHECK(context, static_cast<int64_t>(i) == heads_axis || k->GetDim(i) == dy->GetDim(i),
+                             "k differs from q at axis %zu", i);
     }
-    if (context->GetInputDesc(1)->GetDataType() != dy_type) return ge::GRAPH_FAILED;
-    shape.k_heads = k.GetDim(heads_axis);
+    MS_ROTARY_TILING_CHECK(context, k_desc->GetDataType() == dy_type, "q and k differ in dtype");
+    shape.k_heads = k->GetDim(heads_axis);
   }
 
   auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
@@ -79,10 +146,9 @@ ge::graphStatus TilingCommon(gert::TilingContext *context, bool conjugate, bool 
   uint64_t ub_bytes = 0;
   platform.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ub_bytes);
   ms_rotary_ascend::RotaryTiling t{};
-  if (ms_rotary_ascend::compute_rotary_tiling(shape, platform.GetCoreNumAiv(), static_cast<int64_t>(ub_bytes), &t) !=
-      ms_rotary::kOk) {
-    return ge::GRAPH_FAILED;
-  }
+  const ms_rotary::Status status =
+      ms_rotary_ascend::compute_rotary_tiling(shape, platform.GetCoreNumAiv(), static_cast<int64_t>(ub_bytes), &t);
+  MS_ROTARY_TILING_CHECK(context, status == ms_rotary::kOk, "%s", ms_rotary::status_message(status));
   PartialRotaryTilingData data;
 #define MS_ROTARY_SET_FIELD(tiling_field, data_field) data.set_##data_field(t.tiling_field);
   MS_ROTARY_TILING_FIELDS(MS_ROTARY_SET_FIELD)
@@ -164,17 +230,15 @@ namespace ops {
 // inputs and outputs q and k instead of dy.
 template <typename Self, typename TilingFunction>
 void DefineRotaryOp(Self &op, TilingFunction tiling, bool gathers = false, bool with_k = false) {
-  if (with_k) {
-    op.Input("q").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
-    op.Input("k").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
-  } else {
-    op.Input("dy").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);
-  }
-  op.Input("cos").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
-  op.Input("sin").ParamType(REQUIRED).DataType(MS_ROTARY_COS_TYPES).Format(MS_ROTARY_FORMATS);
-  if (gathers) {
-    op.Input("positions").ParamType(REQUIRED).DataType(MS_ROTARY_POSITIONS_TYPES).Format(MS_ROTARY_FORMATS);
-    op.Input("lane_masks").ParamType(REQUIRED).DataType(MS_ROTARY_LANE_MASK_TYPES).Format(MS_ROTARY_FORMATS);
+  for (const char *name : ms_rotary_ascend::InputNames(gathers, with_k)) {
+    const bool table = std::strcmp(name, "cos") == 0 || std::strcmp(name, "sin") == 0;
+    const bool positions = std::strcmp(name, "positions") == 0, masks = std::strcmp(name, "lane_masks") == 0;
+    op.Input(name).ParamType(REQUIRED)
+        .DataType(positions ? std::vector<ge::DataType>(MS_ROTARY_POSITIONS_TYPES)
+                  : masks   ? std::vector<ge::DataType>(MS_ROTARY_LANE_MASK_TYPES)
+                  : table   ? std::vector<ge::DataType>(MS_ROTARY_COS_TYPES)
+                            : std::vector<ge::DataType>(MS_ROTARY_DY_TYPES))
+        .Format(MS_ROTARY_FORMATS);
   }
   if (with_k) {
     op.Output("q").ParamType(REQUIRED).DataType(MS_ROTARY_DY_TYPES).Format(MS_ROTARY_FORMATS);

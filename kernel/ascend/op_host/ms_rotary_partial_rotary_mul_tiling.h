@@ -1,4 +1,4 @@
-// TilingData of both ops. One TILING_DATA_FIELD_DEF line per field: kernel-tiling generators such as
+// TilingData of the six ops. One TILING_DATA_FIELD_DEF line per field: kernel-tiling generators such as
 // asc-devkit's gen_kernel_tiling_data_def.py read these lines one at a time, and a macro expanding to fields
 // would give them none. The fields are MS_ROTARY_TILING_FIELDS (kernel/common/rotary_rules.h) in its order;
 // tests/test_ascend_headers.py checks that the two lists agree.

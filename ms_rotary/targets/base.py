@@ -1,0 +1,290 @@
+"""What every target shares: the kernel Cell of one RotaryCall (traced through its primitive, eagerly on the
+tensors' memory), the primitives' registration and infer functions, and the eager call's checks.
+
+Traced (construct), every target computes out of place; an in-place call writes the result back with
+MindSpore's own InplaceCopy (functions.InPlaceRotary), whose ordering of reads, views and autograd around the
+write MindSpore knows, and it does not for a custom op (a slice of x read before a custom in-place write saw
+the write).
+
+In PyNative an in-place call bypasses ops.Custom: MindSpore 2.10's PyNative ops.Custom hands an AOT kernel a
+private copy of any view tensor (reshape, view and slicing outputs, e.g. q after a linear layer), so an
+in-place write there would be lost. The eager kernel writes through Tensor.data_ptr() after MindSpore's async
+op queue has drained, so earlier reads see the old values and later ops the new. A small out-of-place call on
+tables goes through ops.Custom in PyNative: it joins MindSpore's queue instead of draining it, which costs more
+than its dispatch whenever other work is queued (a backward); a large one runs eagerly, where the wait is
+small beside the kernel (figures: benchmarks/NOTES.md, "Routes"). A call that reads a cache reads its
+positions on the host, so it runs eagerly at every size."""
+import ctypes
+import functools
+import itertools
+
+import mindspore as ms
+import numpy as np
+from mindspore import mint, nn, ops
+from mindspore.graph.api import _pynative_executor
+from mindspore.ops import CustomRegOp, DataType
+from mindspore.ops import signature as sig
+
+from .. import numpy_kernel, routes
+from ..constraints import (
+    check_cache_read,
+    check_cache_read_call,
+    check_dtypes,
+    check_positions_range,
+    check_shapes,
+    element_dtype,
+    is_empty_work,
+    positions_view,
+    require_contiguous,
+    resolve_slice,
+)
+
+# Out of place on tables, PyNative: from this many elements (a kernel of a few ms, beside which the queue's
+# drain is small) the eager kernel, below it ops.Custom (module docstring).
+EAGER_OUT_OF_PLACE_MIN_SIZE = 1 << 22
+DTYPE_NAMES = {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}
+FLOAT_FORMATS = (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default)
+# partial_slice=None reaches the kernels as [0, -1]: "up to cos.shape[-1]" (kSliceFromCosEnd, rotary_rules.h).
+SLICE_FROM_COS = [0, -1]
+HOST_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": numpy_kernel.BF16_BITS}
+
+
+@functools.lru_cache(maxsize=256)
+def checked_slice(rotary_mode, partial_slice, dy_name, dy_shape, cos_shape, sin_shape, dy_dtype, cos_dtype,
+                  sin_dtype):
+    """The constraint checks of a call on tables, remembered per signature (a training loop repeats a few).
+    A failing check raises, and lru_cache does not remember raised calls."""
+    check_dtypes(dy_dtype, cos_dtype, sin_dtype, dy_name)
+    return check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_name)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_cache_read(call, shapes, cos_shape, sin_shape, positions_shape, dtypes, cos_dtype, sin_dtype):
+    """check_cache_read_call, remembered per signature."""
+    check_cache_read_call(call, shapes, dtypes, cos_shape, sin_shape, cos_dtype, sin_dtype, positions_shape)
+
+
+class WritesFirstInput(ops.Custom):
+    """An ops.Custom whose kernel writes its first input: RW_WRITE plus side_effect_mem keep the graph's
+    reads of it before and after the call in order."""
+    __mindspore_signature__ = (sig.make_sig("dy", sig.sig_rw.RW_WRITE), sig.make_sig("cos"), sig.make_sig("sin"))
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_prim_attr("side_effect_mem", True)
+
+
+def result_after_write(rotated, written):
+    """What an in-place call returns in a graph: the values it wrote (`rotated`), ordered after the write
+    `written`. Not the written tensor itself: a read of it after the write makes MindSpore 2.10 copy it
+    (TensorMove) ahead of every earlier read, the write guard's too, which then cannot tell a view; and returning
+    it from a network wrapped by ms.amp.auto_mixed_precision O2/O3 is a graph cycle there (with MindSpore's own
+    InplaceCopy too). Its gradient is the rotation's, for the value the tensor held at the call."""
+    return ops.depend(rotated, written)
+
+
+def reg_info(op_name, call, target, output_names, attrs=None, extra_inputs=()):
+    """CustomRegOp info of one primitive: inputs the rotated tensors, cos, sin and `extra_inputs` ((name,
+    DataType) pairs: the positions of a cache read, the Ascend ops' lane masks), outputs `output_names`, every
+    (rotated, cos/sin) float dtype pair; attributes rotary_mode, partial_slice and `attrs` (list-of-int ones,
+    or strings), values per instance."""
+    rotated = [name for name in ("q", "k") if name in output_names] or ["dy"]
+    inputs = [*rotated, "cos", "sin", *(name for name, _ in extra_inputs)]
+    info = CustomRegOp(op_name)
+    for index, name in enumerate(inputs):
+        info = info.input(index, name)
+    for index, name in enumerate(output_names):
+        info = info.output(index, name)
+    slice_attr = list(call.partial_slice) if call.partial_slice is not None else SLICE_FROM_COS
+    info = (info.attr("rotary_mode", "required", "int", value=int(call.rotary_mode))
+            .attr("partial_slice", "required", "listInt", value=slice_attr))
+    for name, value in (attrs or {}).items():
+        if isinstance(value, str):
+            info = info.attr(name, "required", "str", value=value)
+        else:
+            info = info.attr(name, "required", "listInt", value=list(value))
+    extra = tuple(data_type for _, data_type in extra_inputs)
+    for dy_type, cos_type in itertools.product(FLOAT_FORMATS, FLOAT_FORMATS):
+        info = info.dtype_format(*[dy_type] * len(rotated), cos_type, cos_type, *extra,
+                                 *[dy_type] * len(output_names))
+    return info.target(target).get_op_info()
+
+
+def infer_functions(call, names=None, float32_for_bf16=False):
+    """out_shape/out_dtype callables of a primitive rotating the tensors `names` (default: the call's); they check
+    every rule, so bad input fails before a kernel runs. Inputs: the rotated tensors, cos, sin (and a cache
+    read's positions, then anything else the target adds)."""
+    names = names or call.rotated_names
+    count = len(names)
+
+    def infer_shape(*shapes):
+        rotated, (cos_shape, sin_shape) = shapes[:count], shapes[count:count + 2]
+        if call.cache is None:
+            check_shapes(rotated[0], cos_shape, sin_shape, call.rotary_mode, call.partial_slice, names[0])
+        else:
+            check_cache_read(call, rotated, cos_shape, sin_shape, shapes[count + 2], names)
+        return list(rotated[0]) if count == 1 else [list(shape) for shape in rotated]
+
+    def infer_dtype(*dtypes):
+        rotated, (cos_dtype, sin_dtype) = dtypes[:count], dtypes[count:count + 2]
+        for name, dtype in zip(names, rotated):
+            check_dtypes(dtype, cos_dtype, sin_dtype, name)
+        out = [ms.float32 if float32_for_bf16 and element_dtype(dtype) == ms.bfloat16 else dtype for dtype in rotated]
+        return out[0] if count == 1 else out
+
+    return infer_shape, infer_dtype
+
+
+def host_array(tensor):
+    """A numpy array over a contiguous tensor's own memory (bf16 as its uint16 bits): reads and writes
+    go straight to the tensor."""
+    dtype = np.dtype(HOST_DTYPES[DTYPE_NAMES[element_dtype(tensor.dtype)]])
+    if tensor.size == 0:
+        return np.empty(tuple(tensor.shape), dtype)
+    buffer = (ctypes.c_char * (tensor.size * dtype.itemsize)).from_address(tensor.data_ptr())
+    return np.frombuffer(buffer, dtype).reshape(tuple(tensor.shape))
+
+
+def host_float32(tensor):
+    return numpy_kernel.to_float32(host_array(tensor), DTYPE_NAMES[element_dtype(tensor.dtype)])
+
+
+def tensor_sharing(array, dtype_name):
+    """A tensor over the numpy buffer (no copy); bf16 reinterprets its uint16 bits."""
+    tensor = ms.Tensor.from_numpy(array)
+    return tensor.view(ms.bfloat16) if dtype_name == "bfloat16" else tensor
+
+
+@ops.constexpr
+def positions_3d(shape, channels):
+    """The [channels, 1|B, S] view the kernels read of positions in the kernels' form (constraints.kernel_positions);
+    a traced call reshapes to it at compile time."""
+    view = positions_view(shape, channels)
+    if view is None:
+        raise ValueError(f"ms_rotary.RotaryEmbedding: positions of shape {tuple(shape)} are not in the kernels' form "
+                         f"(int64, channels first); constraints.kernel_positions makes it")
+    return view
+
+
+def tensor_positions(call, inputs):
+    """inputs with a cache read's positions as a tensor: a primitive called in PyNative (and autograd's
+    record) takes a numpy array for a shapeless constant."""
+    if call.cache is None or isinstance(inputs[-1], ms.Tensor):
+        return inputs
+    return (*inputs[:-1], ms.Tensor(inputs[-1]))
+
+
+def host_positions(positions, channels):
+    """A cache read's positions (the kernels' form, a numpy array or a tensor) as a C-contiguous numpy int64
+    [channels, 1|B, S] on the host."""
+    array = positions.asnumpy() if isinstance(positions, ms.Tensor) else positions
+    return np.ascontiguousarray(array, np.int64).reshape(positions_3d(array.shape, channels))
+
+
+class Unguarded(nn.Cell):
+    """A target's write guard where it has none: the tensor itself, as the token the write depends on."""
+
+    def construct(self, x):
+        return x
+
+
+class RefusedWrite(nn.Cell):
+    """A target's write guard where a graph's in-place write cannot be guarded: refused at compile time."""
+
+    def __init__(self, message):
+        super().__init__()
+        self.message = message
+
+    def construct(self, x):
+        raise ValueError(self.message)
+
+
+class RotaryKernel(nn.Cell):
+    """One RotaryCall on one target: `construct` traced (new tensors), `run_now` eagerly on host memory (in
+    place or new tensors). Subclasses give `construct` and, where the host can run them, `rotate_now`,
+    `rotate_at_now` and `cos_sin_grads_now`."""
+
+    def __init__(self, call, device_target):
+        super().__init__()
+        self.call = call
+        self.device_target = device_target
+        self.count = len(call.rotated_names)
+        self.on_host = routes.on_host(device_target)
+
+    def __call__(self, *inputs):
+        """From Python only while PyNative autograd records (or off the host): on the host the kernel runs now,
+        except a small out-of-place call on tables, which joins MindSpore's queue through ops.Custom."""
+        if self.on_host and (self.call.in_place or self.call.cache is not None or
+                             inputs[0].size >= EAGER_OUT_OF_PLACE_MIN_SIZE):
+            return self.run_now(*inputs)
+        if self.call.cache is not None:  # off the host: a clear error before the device's kernel, as on the host
+            check_positions_range(host_positions(inputs[-1], self.call.cache.channels), inputs[self.count].shape[1])
+        return super().__call__(*tensor_positions(self.call, inputs))
+
+    def write_guard(self, message):
+        """What a graph's in-place write into a tensor depends on: a Cell `guard(x) -> token` that refuses
+        (`message`) a tensor the write would scramble, before anything is written."""
+        return Unguarded()
+
+    def run_now(self, *inputs):
+        """One call on live tensors: the rotated inputs themselves (in place) or new tensors."""
+        rotated, (cos, sin) = inputs[:self.count], inputs[self.count:self.count + 2]
+        if self.call.cache is None:
+            return self._run_tables_now(rotated[0], cos, sin)
+        positions = host_positions(inputs[self.count + 2], self.call.cache.channels)
+        return self._run_cache_read_now(rotated, cos, sin, positions)
+
+    def _run_tables_now(self, dy, cos, sin):
+        call = self.call
+        start, end = checked_slice(call.rotary_mode, call.partial_slice, call.input_name, tuple(dy.shape),
+                                   tuple(cos.shape), tuple(sin.shape), dy.dtype, cos.dtype, sin.dtype)
+        if call.in_place:
+            require_contiguous(dy, call.input_name)
+        if is_empty_work(dy.shape, cos.shape, start, end):
+            return dy if call.in_place else dy.copy()
+        src = dy if call.in_place else dy.contiguous()
+        out = dy if call.in_place else mint.empty_like(src)
+        cos, sin = cos.contiguous(), sin.contiguous()
+        _pynative_executor.sync()  # ops queued before this call have read (or written) their inputs
+        self.rotate_now(src, out, cos, sin, start, end)
+        return out
+
+    def _run_cache_read_now(self, tensors, cos, sin, positions):
+        """By positions [channels, 1|B, S] read on the host. No op of its own joins MindSpore's queue (each
+        would cost a round trip through it before the kernel could run): small results are numpy buffers the
+        new tensors share; large ones come from MindSpore's memory pool, whose pages are already mapped (fresh
+        pages would cost more than the wait for the allocation)."""
+        call = self.call
+        _checked_cache_read(call, tuple(tuple(t.shape) for t in tensors), tuple(cos.shape), tuple(sin.shape),
+                            positions.shape, tuple(t.dtype for t in tensors), cos.dtype, sin.dtype)
+        check_positions_range(positions, cos.shape[1])
+        if call.in_place:
+            for tensor, name in zip(tensors, call.rotated_names):
+                require_contiguous(tensor, name)
+        else:
+            tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        dtype_name = DTYPE_NAMES[element_dtype(tensors[0].dtype)]
+        pooled = sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE
+        if call.in_place or pooled:
+            outs = list(tensors) if call.in_place else [mint.empty_like(t) for t in tensors]
+            targets = outs
+        else:
+            outs = [np.empty(tuple(t.shape), HOST_DTYPES[dtype_name]) for t in tensors]
+            targets = outs
+        _pynative_executor.sync()  # the ops that produce q and k (and the pooled results) have run
+        self.rotate_at_now(tensors, None if call.in_place else targets, cos.contiguous(), sin.contiguous(), positions)
+        if not (call.in_place or pooled):
+            outs = [tensor_sharing(out, dtype_name) for out in outs]
+        return outs[0] if self.count == 1 else tuple(outs)
+
+    def eager_cos_sin_grads(self, y_side, x_side, cos):
+        """dcos, dsin (cos's shape and dtype) of this call's rotation on tables: y_side in y's lane layout, x_side
+        in x's (functions.RotaryBackward picks them), both shaped like the call's first input."""
+        start, end = resolve_slice(self.call.partial_slice, cos.shape)
+        if is_empty_work(y_side.shape, cos.shape, start, end):
+            return ops.zeros_like(cos), ops.zeros_like(cos)
+        y_side, x_side = y_side.astype(x_side.dtype).contiguous(), x_side.contiguous()
+        dcos, dsin = mint.empty(cos.shape, dtype=cos.dtype), mint.empty(cos.shape, dtype=cos.dtype)
+        _pynative_executor.sync()
+        self.cos_sin_grads_now(y_side, x_side, dcos, dsin, start, end)
+        return dcos, dsin

@@ -1,0 +1,109 @@
+"""The compiled CPU kernel (kernel/cpu): traced through ops.Custom(func_type="aot"), eagerly through its plain C
+entries on the tensors' memory. In place it reads and writes only the slice of each row."""
+import mindspore as ms
+from mindspore import nn, ops
+from mindspore.ops import DataType
+
+from .. import library
+from ..constraints import element_dtype, position_outside_cache
+from .base import DTYPE_NAMES, RotaryKernel, infer_functions, positions_3d, reg_info
+
+
+def cache_read_attrs(call):
+    """The attributes of a primitive reading a cache: the layout's axes and, with several position channels,
+    each lane's channel."""
+    attrs = {"positions_axes": list(call.cache.axes)}
+    if call.cache.lane_channels is not None:
+        attrs["lane_channels"] = list(call.cache.lane_channels)
+    return attrs
+
+
+class CpuKernel(RotaryKernel):
+    def __init__(self, call, device_target):
+        super().__init__(call, device_target)
+        library.load()  # a clear error now for a library that cannot serve the call, on every route
+        if call.cache is None:
+            entry = library.AOT_ENTRIES[int(call.conjugate)]
+            self.prim = self._primitive(entry, (call.input_name,), {})
+            self.traced = self.prim
+        else:  # one primitive per tensor: MindSpore 2.10's CPU AOT kernels take one output
+            entry = library.AOT_POSITIONS_ENTRIES[int(call.conjugate)]
+            attrs = {**cache_read_attrs(call), "position_error": position_outside_cache("{position}", "{cache_rows}")}
+            positions = (("positions", DataType.I64_Default),)
+            self.prim_q = self._primitive(entry, ("q",), attrs, positions)
+            if call.cache.with_k:
+                self.prim_k = self._primitive(entry, ("k",), attrs, positions)
+            self.channels = call.cache.channels
+            self.traced = self._traced_q_and_k if call.cache.with_k else self._traced_q
+
+    def _primitive(self, entry, names, attrs, extra_inputs=()):
+        infer_shape, infer_dtype = infer_functions(self.call, names)
+        return ops.Custom(f"{library.LIB_PATH}:{entry}", infer_shape, infer_dtype, func_type="aot",
+                          reg_info=reg_info(entry, self.call, "CPU", ["dx"], attrs, extra_inputs))
+
+    def construct(self, *inputs):
+        return self.traced(*inputs)
+
+    def write_guard(self, message):
+        return WriteGuard(message) if self.on_host else super().write_guard(message)
+
+    def _traced_q(self, q, cos, sin, positions):
+        return self.prim_q(q, cos, sin, positions.reshape(positions_3d(positions.shape, self.channels)))
+
+    def _traced_q_and_k(self, q, k, cos, sin, positions):
+        positions = positions.reshape(positions_3d(positions.shape, self.channels))
+        return self.prim_q(q, cos, sin, positions), self.prim_k(k, cos, sin, positions)
+
+    def rotate_now(self, src, out, cos, sin, start, end):
+        call = self.call
+        status = library.load().rotate(
+            src.data_ptr(), None if call.in_place else out.data_ptr(), cos.data_ptr(), sin.data_ptr(), src.shape,
+            cos.shape, sin.shape, DTYPE_NAMES[element_dtype(src.dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
+            DTYPE_NAMES[element_dtype(sin.dtype)], call.rotary_mode, start, end, call.conjugate)
+        library.raise_for_status(status)
+
+    def rotate_at_now(self, tensors, outs, cos, sin, positions):
+        call, cache = self.call, self.call.cache
+        out_ptrs = [None] * len(tensors) if outs is None else \
+            [out.data_ptr() if isinstance(out, ms.Tensor) else out.ctypes.data for out in outs]
+        k, k_out, k_shape = (tensors[1].data_ptr(), out_ptrs[1], tensors[1].shape) if cache.with_k else \
+            (None, None, None)
+        status = library.load().rotate_by_positions(
+            tensors[0].data_ptr(), out_ptrs[0], k, k_out, cos.data_ptr(), sin.data_ptr(), positions.ctypes.data,
+            positions.shape, library.lane_channels_pointer(cache.lane_channels), cache.axes, tensors[0].shape,
+            k_shape, cos.shape, DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
+            call.rotary_mode, call.partial_slice[0], call.partial_slice[1], call.conjugate)
+        library.raise_for_status(status)
+
+    def cos_sin_grads_now(self, y_side, x_side, dcos, dsin, start, end):
+        status = library.load().cos_sin_grad(
+            y_side.data_ptr(), x_side.data_ptr(), dcos.data_ptr(), dsin.data_ptr(), y_side.shape, dcos.shape,
+            DTYPE_NAMES[element_dtype(y_side.dtype)], DTYPE_NAMES[element_dtype(dcos.dtype)], self.call.rotary_mode,
+            start, end)
+        library.raise_for_status(status)
+
+
+class WriteGuard(nn.Cell):
+    """Refuses, before a graph's in-place write into `name`, a tensor MindSpore 2.10 would write in the wrong
+    order: a view (non-contiguous, or part of a larger tensor) passed into the graph (kernel/cpu/aot_entry.cc,
+    write_guard). `guard(x)` -> a token the write must depend on."""
+
+    def __init__(self, message):
+        super().__init__()
+        self.prim = ops.Custom(f"{library.LIB_PATH}:{library.AOT_WRITE_GUARD}", lambda *shapes: [1],
+                               lambda *dtypes: ms.int32, func_type="aot",
+                               reg_info=_write_guard_info(message))
+
+    def construct(self, x):
+        x = ops.stop_gradient(x)  # a check, no function of x: no gradient path (nor a bf16 AddN) through it
+        return self.prim(x, x)
+
+
+def _write_guard_info(message):
+    from mindspore.ops import CustomRegOp
+
+    info = CustomRegOp(library.AOT_WRITE_GUARD).input(0, "x").input(1, "x_again").output(0, "ok")
+    info = info.attr("message", "required", "str", value=message)
+    for data_type in (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default):
+        info = info.dtype_format(data_type, data_type, DataType.I32_Default)
+    return info.target("CPU").get_op_info()

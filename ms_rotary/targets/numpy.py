@@ -1,0 +1,111 @@
+"""numpy_kernel as a target: the fallback when the compiled kernel is missing, and its bit-exact statement.
+Traced through ops.Custom(func_type="pyfunc"), eagerly on the tensors' memory."""
+import numpy as np
+from mindspore import ops
+
+from .. import library, numpy_kernel
+from ..constraints import check_positions_range, element_dtype, is_empty_work, resolve_slice
+from .base import DTYPE_NAMES, RefusedWrite, RotaryKernel, host_array, host_float32, infer_functions, positions_3d
+from .cpu import WriteGuard
+
+
+def gather_rotate(call, t, cos, sin, positions):
+    """The numpy statement of a cache read (float32 out): the kernel's rows, cos/sin picked by position
+    (several channels: each lane by its channel's position). positions [channels, 1|B, S], all in the cache."""
+    cache, (start, end) = call.cache, call.partial_slice
+    positions = np.asarray(positions)
+    channels = np.zeros(end - start, np.int64) if cache.lane_channels is None else np.asarray(cache.lane_channels)
+    tables = []
+    for values in (cos, sin):
+        rows = np.asarray(values, np.float32)[0, :, 0][positions]  # [channels, 1|B, S, L]
+        table = np.take_along_axis(rows, channels.reshape(1, 1, 1, -1), 0)[0]  # [1|B, S, L]
+        tables.append({(0, 1): table[:, :, None], (1, 0): table.transpose(1, 0, 2)[:, :, None],
+                       (0, 2): table[:, None]}[cache.axes])
+    with numpy_kernel.default_fp_environment():
+        return numpy_kernel.rotate(t, *tables, call.rotary_mode, start, end, call.conjugate)
+
+
+class NumpyKernel(RotaryKernel):
+    def __init__(self, call, device_target):
+        super().__init__(call, device_target)
+
+        def compute(dy, cos, sin):
+            start, end = resolve_slice(call.partial_slice, cos.shape)
+            out = dy.astype(np.float32)
+            if not is_empty_work(dy.shape, cos.shape, start, end):
+                with numpy_kernel.default_fp_environment():
+                    out = numpy_kernel.rotate(dy, cos, sin, call.rotary_mode, start, end, call.conjugate)
+            return out if dy.dtype.name == "bfloat16" else out.astype(dy.dtype)
+
+        def compute_at(dy, cos, sin, positions):
+            check_positions_range(positions, cos.shape[1])  # raised in the graph as this ValueError
+            out = gather_rotate(call, dy, cos, sin, positions) if dy.size else dy.astype(np.float32)
+            return out if dy.dtype.name == "bfloat16" else out.astype(dy.dtype)
+
+        # MindSpore cannot take a bf16 numpy array back from a pyfunc: bf16 results leave numpy as unrounded
+        # fp32 and are rounded once by the cast in construct.
+        if call.cache is None:
+            self.prim = ops.Custom(compute, *infer_functions(call, float32_for_bf16=True), func_type="pyfunc")
+            self.traced = self._traced_tables
+        else:
+            self.prim_q = ops.Custom(compute_at, *infer_functions(call, ("q",), True), func_type="pyfunc")
+            if call.cache.with_k:
+                self.prim_k = ops.Custom(compute_at, *infer_functions(call, ("k",), True), func_type="pyfunc")
+            self.channels = call.cache.channels
+            self.traced = self._traced_q_and_k if call.cache.with_k else self._traced_q
+
+    def construct(self, *inputs):
+        return self.traced(*inputs)
+
+    def write_guard(self, message):
+        """The compiled kernel's guard (targets/cpu.py) where it is installed; without it a graph's in-place
+        write is refused: nothing else can tell a view passed into the graph."""
+        if not self.on_host:
+            return super().write_guard(message)
+        if library.compiled_kernel_path() is None:
+            return RefusedWrite(f"ms_rotary: an in-place call in a graph needs the compiled kernel's write guard "
+                                f"({library.LIB_PATH} is missing); reinstall ms_rotary (`pip install .`) or call it "
+                                f"in PyNative")
+        return WriteGuard(message)
+
+    def _traced_tables(self, dy, cos, sin):
+        return self.prim(dy, cos, sin).astype(dy.dtype)
+
+    def _traced_q(self, q, cos, sin, positions):
+        positions = positions.reshape(positions_3d(positions.shape, self.channels))
+        return self.prim_q(q, cos, sin, positions).astype(q.dtype)
+
+    def _traced_q_and_k(self, q, k, cos, sin, positions):
+        positions = positions.reshape(positions_3d(positions.shape, self.channels))
+        return self.prim_q(q, cos, sin, positions).astype(q.dtype), self.prim_k(k, cos, sin, positions).astype(k.dtype)
+
+    def rotate_now(self, src, out, cos, sin, start, end):
+        """Only the slice's bytes of `out` are written in place (threads rotating disjoint slices of one
+        tensor must not undo each other's writes); out of place `out` first gets all of src."""
+        call = self.call
+        dtype_name = DTYPE_NAMES[element_dtype(src.dtype)]
+        target = host_array(out)
+        if not call.in_place:
+            target[...] = host_array(src)
+        with numpy_kernel.default_fp_environment():
+            rotated = numpy_kernel.rotate_slice(host_float32(src)[..., start:end], host_float32(cos),
+                                                host_float32(sin), call.rotary_mode, call.conjugate)
+        target[..., start:end] = numpy_kernel.from_float32(rotated, dtype_name)
+
+    def rotate_at_now(self, tensors, outs, cos, sin, positions):
+        """All tensors are rotated before any is written (positions may share memory with them)."""
+        dtype_name = DTYPE_NAMES[element_dtype(tensors[0].dtype)]
+        rotated = [gather_rotate(self.call, host_float32(t), host_float32(cos), host_float32(sin), positions)
+                   for t in tensors]
+        for target, values in zip(tensors if outs is None else outs, rotated):
+            (target if isinstance(target, np.ndarray) else host_array(target))[...] = \
+                numpy_kernel.from_float32(values, dtype_name)
+
+    def cos_sin_grads_now(self, y_side, x_side, dcos, dsin, start, end):
+        cos_dtype = DTYPE_NAMES[element_dtype(dcos.dtype)]
+        with numpy_kernel.default_fp_environment():
+            grads = numpy_kernel.cos_sin_grads(host_float32(y_side)[..., start:end],
+                                               host_float32(x_side)[..., start:end], tuple(dcos.shape),
+                                               self.call.rotary_mode)
+        for target, grad in zip((dcos, dsin), grads):
+            host_array(target)[...] = numpy_kernel.from_float64(grad, cos_dtype)
