@@ -24,7 +24,7 @@ from . import routes
 from .backend import choose_backend
 from .constraints import check_cache_read_call, check_eager_inputs, require_whole_storage
 from .layouts import MERGE, SPLIT
-from .modes import MODE_LAYOUTS
+from .modes import MODE_LAYOUTS, lane_pairs
 from .routes import Route
 from .targets import KERNELS
 from .targets.base import positions_3d, result_after_write, tensor_positions
@@ -76,47 +76,60 @@ class _SliceBounds(nn.Cell):
         return t.astype(ms.float32)[..., 0:cos.shape[-1]]
 
 
-class CacheGrads(_SliceBounds):
+class CacheGrads(nn.Cell):
     """dcos, dsin of a cache read: each token's cos/sin gradient, summed over its heads (and q's and k's), added
     into the cache row it read; with several position channels each lane into the row of its channel's
-    position. MindSpore ops, so a graph drops them when the cache is not trained."""
+    position. MindSpore primitives, few of them: a graph compiles them into every backward (and drops them when
+    the cache is not trained), and graph second-order autodiff fails on the functional forms' branches."""
 
     def __init__(self, call):
-        super().__init__(call)
-        cache, length = call.cache, call.partial_slice[1] - call.partial_slice[0]
-        x_layout, y_layout = MODE_LAYOUTS[call.rotary_mode]
-        self.split_x, self.merge_y = SPLIT[x_layout], MERGE[y_layout]
+        super().__init__()
+        cache, (start, end) = call.cache, call.partial_slice
+        length = end - start
+        # dc[ya] = y[ya] x[xa], dc[yb] = y[yb] x[xb], ds[ya] = -y[ya] x[xb], ds[yb] = y[yb] x[xa]: for each lane of
+        # the slice (in y's layout) the head's lane of x that multiplies it, and the sign
+        xa, xb, ya, yb = lane_pairs(call.rotary_mode, length)
+        cos_lanes, sin_lanes, sin_signs = (np.empty(length, np.int64), np.empty(length, np.int64),
+                                           np.ones(length, np.float32))
+        cos_lanes[ya], cos_lanes[yb], sin_lanes[ya], sin_lanes[yb] = xa, xb, xb, xa
+        sin_signs[ya] = -1
+        self.slice_lanes = ms.Tensor(np.arange(start, end))
+        self.cos_lanes, self.sin_lanes = ms.Tensor(cos_lanes + start), ms.Tensor(sin_lanes + start)
+        self.sin_signs = ms.Tensor(sin_signs)
         self.channels, self.length = cache.channels, length
         lanes = np.zeros(length, np.int64) if cache.lane_channels is None else np.array(cache.lane_channels)
         self.lane_channels, self.lanes = ms.Tensor(lanes), ms.Tensor(np.arange(length))
-        # primitives, not ops.gather/ops.unsorted_segment_sum: graph second-order autodiff fails on the
-        # functional forms' branches
-        self.gather, self.segment_sum = ops.Gather(), ops.UnsortedSegmentSum()
+        self.cast, self.gather, self.sum = ops.Cast(), ops.Gather(), ops.ReduceSum()
+        self.transpose, self.reshape, self.segment_sum = ops.Transpose(), ops.Reshape(), ops.UnsortedSegmentSum()
         # [.., .., .., L] in the call's layout -> [B, S, L], summed over the heads
         self.tokens = {(0, 1): self._tokens_bsnd, (1, 0): self._tokens_sbnd, (0, 2): self._tokens_bnsd}[cache.axes]
 
     def _tokens_bsnd(self, t):
-        return t.sum(2)
+        return self.sum(t, 2)
 
     def _tokens_sbnd(self, t):
-        return t.sum(2).transpose(1, 0, 2)
+        return self.transpose(self.sum(t, 2), (1, 0, 2))
 
     def _tokens_bnsd(self, t):
-        return t.sum(1)
+        return self.sum(t, 1)
 
     def per_token(self, y_side, x_side, cos):
         """[B, S, L] float32 gradients of each token's cos and sin rows."""
-        dcos, dsin = _cos_sin_products(self.split_x, self.merge_y, self.part(y_side, cos), self.part(x_side, cos))
+        y, x = self.cast(y_side, ms.float32), self.cast(x_side, ms.float32)
+        y = self.gather(y, self.slice_lanes, 3)
+        dcos = y * self.gather(x, self.cos_lanes, 3)
+        dsin = y * self.gather(x, self.sin_lanes, 3) * self.sin_signs
         return self.tokens(dcos), self.tokens(dsin)
 
     def into_cache(self, token_dcos, token_dsin, cos, positions):
-        positions = positions.reshape(positions_3d(positions.shape, self.channels))
-        rows = self.gather(positions, self.lane_channels, 0).transpose(1, 2, 0)  # [1|B, S, L]: each lane's row
-        index = (rows * self.length + self.lanes).reshape(-1)
+        positions = self.reshape(positions, positions_3d(positions.shape, self.channels))
+        rows = self.transpose(self.gather(positions, self.lane_channels, 0), (1, 2, 0))  # [1|B, S, L]: lanes' rows
+        index = self.reshape(rows * self.length + self.lanes, (-1,))
         slots = cos.shape[1] * self.length
-        dcos = self.segment_sum(token_dcos.sum_to_size(rows.shape).reshape(-1), index, slots)
-        dsin = self.segment_sum(token_dsin.sum_to_size(rows.shape).reshape(-1), index, slots)
-        return dcos.reshape(cos.shape).astype(cos.dtype), dsin.reshape(cos.shape).astype(cos.dtype)
+        dcos = self.segment_sum(self.reshape(token_dcos.sum_to_size(rows.shape), (-1,)), index, slots)
+        dsin = self.segment_sum(self.reshape(token_dsin.sum_to_size(rows.shape), (-1,)), index, slots)
+        return (self.cast(self.reshape(dcos, cos.shape), cos.dtype),
+                self.cast(self.reshape(dsin, cos.shape), cos.dtype))
 
 
 class RotaryBackward(_SliceBounds):
