@@ -23,9 +23,10 @@ _spec = importlib.util.spec_from_file_location("kernel_build", os.path.join(ROOT
 kernel_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kernel_build)
 
-DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
+DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 CASES = {f"{label.removesuffix('-like')} {DTYPE_NAMES[dtype]}": (shape, (start, end), mode, dtype)
          for label, shape, (start, end), mode, dtype in LARGE_CASES}
+CASES["GPT-NeoX fp16"] = ((4, 4096, 32, 128), (0, 64), 0, "float16")  # the kernel's third storage type
 CASES.update({f"D={d} fp32": (D_SCALING_ROWS + (d,), (0, 64), 0, "float32") for d in D_SCALING_DS})
 def build_loop(out_dir):
     """slice_touch.c as an object: the loop every kernel build is compared with."""

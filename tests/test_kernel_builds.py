@@ -66,3 +66,44 @@ def test_arch_choice_is_checked():
     assert not any(flag.startswith("-march") for flag in kernel_build.arch_flags({kernel_build.ARCH_ENV: "portable"}))
     with pytest.raises(ValueError, match="MS_ROTARY_ARCH='haswell'"):
         kernel_build.arch_flags({kernel_build.ARCH_ENV: "haswell"})
+
+
+@pytest.mark.parametrize("conjugate", [True, False], ids=["grad", "forward"])
+@pytest.mark.parametrize("cos_dtype", DTYPES)
+@pytest.mark.parametrize("dy_dtype", DTYPES)
+@pytest.mark.parametrize("mode", range(4))
+def test_every_path_writes_the_numpy_kernels_bits(mode, dy_dtype, cos_dtype, conjugate):
+    """The installed kernel (bf16 stores through the hardware conversion where the CPU has one, the rows' walk
+    with or without prefetching) against the numpy kernel, in and out of place, on 1 and 3 threads, over rows
+    whose results include fp32 subnormals (which that conversion would flush, and the kernel must not)."""
+    from ms_rotary import numpy_kernel
+
+    shape, (start, end) = (2, 5, 3, 144), (16, 144)  # a 128-lane slice: whole chunks, rows far enough to prefetch
+    rng = np.random.default_rng(mode)
+    values = rng.uniform(-2, 2, shape)
+    values[:, 1] *= 3e-39  # whole rows of tiny values: their rotations are fp32 subnormals
+    dy = bits_of(values, dy_dtype)
+    cos = bits_of(rng.uniform(-1, 1, (1, shape[1], 1, end - start)), cos_dtype)
+    sin = bits_of(rng.uniform(-1, 1, (1, shape[1], 1, end - start)), cos_dtype)
+    as_float = {"float32": lambda a: a.view(np.float32), "float16": lambda a: a.view(np.float16),
+                "bfloat16": lambda a: a}
+    with numpy_kernel.default_fp_environment():
+        rotated = numpy_kernel.rotate(numpy_kernel.to_float32(as_float[dy_dtype](dy), dy_dtype),
+                                      numpy_kernel.to_float32(as_float[cos_dtype](cos), cos_dtype),
+                                      numpy_kernel.to_float32(as_float[cos_dtype](sin), cos_dtype), mode, start, end,
+                                      conjugate)
+    expected = numpy_kernel.from_float32(rotated, dy_dtype)
+    expected = expected.view(dy.dtype) if dy_dtype != "bfloat16" else expected
+    if dy_dtype == "bfloat16":
+        assert (expected[:, 1] & 0x7f80 == 0).sum() > 100  # subnormal results to round
+    kernel = library.load(ms_rotary.compiled_kernel_path())
+    for threads in (1, 3):
+        in_place, out_of_place = dy.copy(), np.empty_like(dy)
+        for out in (None, out_of_place):
+            status = kernel.rotate(in_place.ctypes.data if out is None else dy.ctypes.data,
+                                   None if out is None else out.ctypes.data, cos.ctypes.data, sin.ctypes.data,
+                                   shape, cos.shape, sin.shape, dy_dtype, cos_dtype, cos_dtype, mode, start, end,
+                                   conjugate, num_threads=threads)
+            assert status == 0
+        np.testing.assert_array_equal(in_place, expected)
+        np.testing.assert_array_equal(out_of_place, expected)

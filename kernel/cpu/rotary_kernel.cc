@@ -136,11 +136,24 @@ inline void store_vec(_Float16 *p, Vec v) {
   std::memcpy(p, &h, sizeof(h));
 #endif
 }
-inline void store_vec(BF16 *p, Vec v) {  // float_to_bf16, lane-wise
+inline HalfBits to_bf16_bits(Vec v) {  // float_to_bf16, lane-wise
   const Bits bits = reinterpret_cast<Bits>(v);
   const Bits rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const Bits out = (bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x40u : rounded;
-  const HalfBits h = __builtin_convertvector(out, HalfBits);
+  return __builtin_convertvector(out, HalfBits);
+}
+inline void store_vec(BF16 *p, Vec v) {
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  // The hardware conversion rounds to nearest even and quiets NaN exactly as float_to_bf16 does, but treats a
+  // subnormal input as zero; such lanes are rare, and a chunk holding one is converted lane-wise instead.
+  const __m512 lanes = reinterpret_cast<__m512>(v);
+  const __mmask16 subnormal = _mm512_fpclass_ps_mask(lanes, 0x20);  // 0x20: denormal
+  if (__builtin_expect(subnormal == 0, 1)) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(lanes)));
+    return;
+  }
+#endif
+  const HalfBits h = to_bf16_bits(v);
   std::memcpy(p, &h, sizeof(h));
 }
 
@@ -332,11 +345,19 @@ struct Geometry {
   }
 };
 
-// Slices with gaps between them (D > slice) defeat the hardware prefetcher: each row is a new stream, often
-// a new page. Requesting the slice ~2 KiB of slices ahead (2..32 rows) hides that latency; only the slice's
-// lines are read (reading whole rows instead, for the prefetcher's sake, cost up to 2x: NOTES.md, issue 27).
-inline int64_t prefetch_rows(int64_t slice_bytes) {
-  return std::min<int64_t>(32, std::max<int64_t>(2, 2048 / std::max<int64_t>(slice_bytes, 1)));
+// How the rows are walked: in order, each thread a contiguous range, the row's address computed from
+// geometry held in registers (a local copy: the slices are stored through memcpy, which may alias anything in
+// memory, so geometry read from memory would be reloaded after every row's stores and each next row's
+// address would wait behind them: rows stop overlapping in memory; NOTES.md, issue 38).
+// What is prefetched and why: slices far apart (a slice under half its row, or under 4 cache lines) defeat the
+// hardware prefetcher, each row a new stream, often a new page: requesting the slice ~1 KiB of slices ahead
+// (2..32 rows) hides that latency (with the addresses in registers 1 KiB beat 2 KiB, and 768 B or 1.5 KiB did
+// worse: NOTES.md, issue 38); only the slice's lines are read (reading whole rows instead cost up to 2x:
+// NOTES.md, issue 27). Dense slices (at least half their row and 4 lines) stream well on their own, and a
+// software prefetch there only costs issue slots.
+inline int64_t prefetch_rows(int64_t slice_bytes, int64_t row_bytes) {
+  if (slice_bytes >= 256 && 2 * slice_bytes >= row_bytes) return 0;
+  return std::min<int64_t>(32, std::max<int64_t>(2, 1024 / std::max<int64_t>(slice_bytes, 1)));
 }
 
 inline void prefetch_slice(const void *p, int64_t bytes) {
@@ -348,14 +369,15 @@ inline void prefetch_slice(const void *p, int64_t bytes) {
 // Rows [row_begin, row_end) of dy; `out` is dy (in place) or a separate tensor that also gets the lanes
 // outside the slice. flatten: the chunk helpers must inline into the row loop to stay in registers.
 template <int MODE, bool CONJ, typename T, typename U>
-__attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, const U *sin, const Geometry &g,
+__attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, const U *sin, const Geometry &geometry,
                                           int64_t row_begin, int64_t row_end) {
   constexpr Layout in_layout = CONJ ? ModeLayout<MODE>::y : ModeLayout<MODE>::x;
   constexpr Layout out_layout = CONJ ? ModeLayout<MODE>::x : ModeLayout<MODE>::y;
+  const Geometry g = geometry;  // in registers, whatever the stores below (see prefetch_rows)
   CosSinLanes cs;
   int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once (lane channels: each token's)
   U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
-  const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)));
+  const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)), g.D * static_cast<int64_t>(sizeof(T)));
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   // Heads of one token that read the same cos row run as one inner loop, with no lookup between them.
   const bool in_place = static_cast<const void *>(dy) == static_cast<const void *>(out);
@@ -377,16 +399,14 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
     if (in_place && g.len == kFixedLen) {  // the common case, with nothing decided a row
       for (; row < run_end; ++row) {
         T *slice = out + row * g.D + g.start;
-        if (row + ahead < row_end) prefetch_slice(slice + ahead * g.D, g.len * sizeof(T));
+        if (ahead > 0 && row + ahead < row_end) prefetch_slice(slice + ahead * g.D, g.len * sizeof(T));
         rotate_fixed_slice<CONJ, in_layout, out_layout>(slice, slice, cs);
       }
     }
     for (; row < run_end; ++row) {
       const T *src = dy + row * g.D + g.start;
       T *dst = out + row * g.D + g.start;
-      if (row + ahead < row_end) {
-        prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
-      }
+      if (ahead > 0 && row + ahead < row_end) prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
       if (src != dst) {
         std::memcpy(dst - g.start, src - g.start, g.start * sizeof(T));
         std::memcpy(dst + g.len, src + g.len, (g.D - g.end) * sizeof(T));
