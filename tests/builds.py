@@ -3,6 +3,7 @@ the Ascend sources on the host. conftest starts the ones the selected tests need
 one at a time in the background (they compile on one core while the Python tests run on the other, and the
 tests that use them run last); a test waits for the program it needs."""
 import concurrent.futures
+import fcntl
 import os
 import platform
 import shutil
@@ -16,10 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ASCEND = os.path.join(ROOT, "kernel", "ascend")
 COMMON = os.path.join(ROOT, "kernel", "common")
-SANITIZE = ["-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+# -g1: line tables for the sanitizers' reports; full -g cost a third more compile time (45 s vs 32 s here).
+SANITIZE = ["-g1", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 # The Ascend sources instantiate 144 kernel classes: unoptimised they build in a third of the time (17 s vs
 # 56 s here) and their small test launches still run in seconds.
-ASCEND_SANITIZE = ["-g", "-O0", *SANITIZE[2:]]
+ASCEND_SANITIZE = ["-g1", "-O0", *SANITIZE[2:]]
 # SIMD builds: name: (compiler flags, CPU flags the build needs). SSE2: 4-pair chunks; AVX2 + F16C: 8.
 # portable: what MS_ROTARY_ARCH=portable builds (setup.py), the compiler's baseline.
 SIMD_BUILDS = {"sse2": (["-march=x86-64"], set()), "avx2": (["-march=haswell"], {"avx2", "f16c", "fma", "bmi2"}),
@@ -28,7 +30,6 @@ SIMD_BUILDS = {"sse2": (["-march=x86-64"], set()), "avx2": (["-march=haswell"], 
 MEMCHECK_ARCHES = kernel_build.NATIVE + (["-march=x86-64"] if platform.machine() == "x86_64" else [])
 HAVE_COMPILER = shutil.which("g++") is not None
 
-_directory = None
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 _started = {}
 
@@ -41,11 +42,25 @@ def cpu_flags():
         return set()
 
 
+def _default_march():
+    """The -march g++ uses when given none (x86-64 here: the portable build is then the SSE2 one)."""
+    try:
+        shown = subprocess.run(["g++", "-Q", "--help=target"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    return next((line.split()[1] for line in shown.splitlines() if line.split()[:1] == ["-march="]
+                 and len(line.split()) > 1), None)
+
+
+def _directory():
+    """Under the run's root, shared by its workers (conftest sets MS_ROTARY_TEST_ROOT); else this process's own."""
+    root = os.environ.get("MS_ROTARY_TEST_ROOT")
+    return os.path.join(root, "builds") if root else os.path.join(tempfile.gettempdir(),
+                                                                     f"ms_rotary_test_builds_{os.getpid()}")
+
+
 def _out(name):
-    global _directory
-    if _directory is None:
-        _directory = tempfile.mkdtemp(prefix="ms_rotary_test_builds_")
-    return os.path.join(_directory, name.replace(" ", "_"))
+    return os.path.join(_directory(), name.replace(" ", "_"))
 
 
 def _recipes():
@@ -53,6 +68,8 @@ def _recipes():
     recipes = {}
     kernel_sources = [os.path.join(ROOT, source) for source in kernel_build.SOURCES]
     for name, (flags, needs) in SIMD_BUILDS.items():
+        if name == "portable" and _PORTABLE_IS_SSE2:
+            continue  # built() gives the SSE2 build: the same flags
         if platform.machine() == "x86_64" and needs <= cpu_flags():
             out = _out(f"libms_rotary_{name}.so")
             recipes[f"kernel {name}"] = ("test_kernel_builds", ["g++", *kernel_build.LIBRARY_FLAGS, *kernel_build.FLAGS,
@@ -76,9 +93,18 @@ def _recipes():
 
 
 def _compile(command, out):
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"building {out} failed:\n{' '.join(command)}\n{done.stderr[-4000:]}")
+    """Built once per run: the first worker to lock `out` builds it, the others wait and take its result."""
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(out + ".done"):
+            done = subprocess.run(command, capture_output=True, text=True)
+            with open(out + ".done", "w") as result:
+                result.write(f"{' '.join(command)}\n{done.stderr[-4000:]}" if done.returncode else "")
+    with open(out + ".done") as result:
+        failure = result.read()
+    if failure:
+        raise RuntimeError(f"building {out} failed:\n{failure}")
     return out
 
 
@@ -93,6 +119,8 @@ def start(modules):
 
 def built(name):
     """The path of program `name`, built now if its build was not started; raises if the build failed."""
+    if name == "kernel portable" and _PORTABLE_IS_SSE2:
+        name = "kernel sse2"
     if name not in _started:
         module, command, out = _recipes()[name]
         _started[name] = _pool.submit(_compile, command, out)
@@ -100,13 +128,15 @@ def built(name):
 
 
 def available():
-    return set(_recipes())
+    return set(_recipes()) | ({"kernel portable"} if _PORTABLE_IS_SSE2 and "kernel sse2" in _recipes() else set())
 
 
 def clean_up():
     _pool.shutdown(wait=True, cancel_futures=True)
-    if _directory is not None:
-        shutil.rmtree(_directory, ignore_errors=True)
+    if "MS_ROTARY_TEST_ROOT" not in os.environ:  # else the run's root goes, with it
+        shutil.rmtree(_directory(), ignore_errors=True)
 
 
+_PORTABLE_IS_SSE2 = HAVE_COMPILER and platform.machine() == "x86_64" and _default_march() == "x86-64" \
+    and not kernel_build.arch_flags({kernel_build.ARCH_ENV: "portable"})
 USED_BY = {module for module, _, _ in _recipes().values()} if HAVE_COMPILER else set()

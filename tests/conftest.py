@@ -9,11 +9,50 @@ import numpy as np
 import pytest
 from mindspore.graph.api import _pynative_executor
 
-# MindSpore writes rank_*/ and logs into the working directory: keep them out of the checkout (and remove
-# them at the end of the session).
-_START_DIR = os.getcwd()
-_WORK_DIR = tempfile.mkdtemp(prefix="ms_rotary_tests_")
-os.chdir(_WORK_DIR)
+# One temporary directory per run holds everything a run writes (pytest's tmp_path, the C++ builds, the
+# working directory MindSpore writes rank_*/ and logs into); the process that started the run removes it.
+# Workers (pytest-xdist) find it in the environment they inherit.
+TEST_ROOT_ENV = "MS_ROTARY_TEST_ROOT"
+WORKERS_ENV = "MS_ROTARY_TEST_WORKERS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """With pytest-xdist installed, a run of more than named cases spreads over min(4, CPUs) workers
+    (MS_ROTARY_TEST_WORKERS=N sets N; 0 or -n 0 runs in this process): most tests wait on MindSpore's graph
+    compiler, subprocesses or C++ builds, so two workers on two cores finish in about two thirds of the time."""
+    if not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
+        return
+    if hasattr(config, "workerinput") or config.option.usepdb or _named_on_the_command_line(config):
+        return
+    workers = int(os.environ.get(WORKERS_ENV, min(4, os.cpu_count() or 1)))
+    if workers > 1:
+        config.option.numprocesses = workers
+
+
+def pytest_configure(config):
+    if TEST_ROOT_ENV not in os.environ:  # the process that started the run
+        config._ms_rotary_test_root = os.environ[TEST_ROOT_ENV] = tempfile.mkdtemp(prefix="ms_rotary_tests_")
+    if not config.option.basetemp and not hasattr(config, "workerinput"):
+        config.option.basetemp = os.path.join(os.environ[TEST_ROOT_ENV], "tmp_path")
+
+
+def pytest_unconfigure(config):
+    root = getattr(config, "_ms_rotary_test_root", None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+        del os.environ[TEST_ROOT_ENV]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _work_directory():
+    """Tests run in a directory of their own under the run's root (not at import: xdist starts its workers
+    in the directory the run started in)."""
+    start = os.getcwd()
+    work = tempfile.mkdtemp(prefix="work_", dir=os.environ[TEST_ROOT_ENV])
+    os.chdir(work)
+    yield
+    os.chdir(start)
 
 
 def _named_on_the_command_line(config):
@@ -54,8 +93,6 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_sessionfinish(session, exitstatus):
     builds.clean_up()
-    os.chdir(_START_DIR)
-    shutil.rmtree(_WORK_DIR, ignore_errors=True)
 
 DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
 # atol = rtol per dy dtype, against float64 on the dtype-rounded inputs (CANN's upstream tests use 1e-3, 1e-3, 1e-2).

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_tiny_lm.py")
-STEPS = ["--mode", "interleave-half", "--steps", "12", "--no-check-loss"]
+STEPS = ["--mode", "interleave-half", "--steps", "6", "--no-check-loss"]
 
 
 def _free_port():
