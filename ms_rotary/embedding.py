@@ -132,10 +132,11 @@ class RotaryEmbedding(nn.Cell):
 
     @classmethod
     def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
-                    layout="BSND", inplace=False):
+                    layout="BSND", inplace=False, layer_type=None):
         """From a Hugging Face config (dict or object): RopeConfig.from_config's facts (M-RoPE included), a
-        cache of cache_positions (default max_position_embeddings) positions."""
-        rope = RopeConfig.from_config(config, rotary_mode)
+        cache of cache_positions (default max_position_embeddings) positions; `layer_type` where the config's
+        rope differs by layer type (Gemma-3: one layer for "sliding_attention", one for "full_attention")."""
+        rope = RopeConfig.from_config(config, rotary_mode, layer_type)
         return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
                    rope.max_position_embeddings, cache_positions, cache_dtype, backend, layout, rope.mrope_section,
                    rope.mrope_interleaved, inplace)

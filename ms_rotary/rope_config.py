@@ -9,6 +9,7 @@ Both config forms are read: transformers 4 (`rope_scaling`, top-level `rope_thet
 GPT-NeoX's `rotary_pct`/`rotary_emb_base`, GPT-J's `rotary_dim`, ChatGLM's `kv_channels`/`rope_ratio`) and
 transformers 5 (`rope_parameters`). The layout comes from `model_type` (FAMILY_MODES); a model type not listed
 needs `rotary_mode=`: a guessed layout rotates silently wrong."""
+import copy
 import dataclasses
 import numbers
 from typing import Optional, Tuple
@@ -16,13 +17,18 @@ from typing import Optional, Tuple
 import mindspore as ms
 
 from .constraints import normalize_mode
+from .families import TRANSFORMERS_FAMILIES
 from .rope_scaling import COUNT, FRACTION, POSITIVE, check_value, rope_type_of
 from .tables import rope_cos_sin
 
 _PREFIX = "ms_rotary.RopeConfig"
 
-# model_type: rotary mode of its attention (transformers' apply function for that family).
+# model_type: rotary mode of its attention (transformers' apply function for that family): the families
+# tools/rope_families.py found rotating as transformers does (families.py), and these, checked by hand in
+# tests/test_rope_config.py (their transformers modules apply the rotation to part of a head, or need M-RoPE
+# positions, or are not in transformers).
 FAMILY_MODES = {
+    **{model_type: mode for model_type, (mode, _) in TRANSFORMERS_FAMILIES.items()},
     **dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
                      "gemma3_text", "gpt_neox", "phi", "phi3", "starcoder2", "stablelm", "olmo", "olmo2", "qwen2_vl",
                      "qwen2_5_vl", "qwen3_vl"), "half"),
@@ -31,6 +37,19 @@ FAMILY_MODES = {
     "deepseek_v3": "interleave-half",  # rope_interleave (default): pairs in, halves out; else "half"
 }
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+# The rope parameters a family's transformers config class gives a config.json that has none of the rope keys.
+FAMILY_ROPE_DEFAULTS = {model_type: parameters for model_type, (_, parameters) in TRANSFORMERS_FAMILIES.items()
+                        if parameters is not None}
+_ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rope_ratio", "rope_local_base_freq")
+# Per-layer-type thetas of other families' transformers 4 forms: not read (their config classes map them
+# differently), so refused rather than ignored.
+_UNREAD_KEYS = ("global_rope_theta", "local_rope_theta", "rope_local_theta")
+# Families whose transformers 4 form is flat parameters for the global layers and rope_local_base_freq for
+# the sliding ones (the config classes that read it: Gemma-3, Gemma-3n); other families' flat parameters
+# serve every layer type, as transformers' standardize_rope_params copies them.
+_LOCAL_BASE_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
+# Scaling types whose pretraining length transformers takes from the top level first (Phi-3 keeps it there).
+_ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
 # M-RoPE families: (section transformers 5.18 uses when the config gives none, interleaved sections?)
 MROPE_FAMILIES = {"qwen2_vl": ((16, 24, 24), False), "qwen2_5_vl": ((16, 24, 24), False),
                   "qwen3_vl": ((24, 20, 20), True)}
@@ -63,12 +82,14 @@ class RopeConfig:
                             mrope_interleaved=self.mrope_interleaved)
 
     @classmethod
-    def from_config(cls, config, rotary_mode=None):
+    def from_config(cls, config, rotary_mode=None, layer_type=None):
         """From a Hugging Face config (a dict, e.g. config.json, or a config object). `rotary_mode` overrides
-        the family's layout and is required for a model_type not in FAMILY_MODES."""
+        the family's layout and is required for a model_type not in FAMILY_MODES. `layer_type` (e.g.
+        "sliding_attention", "full_attention": a value of config.layer_types) picks the parameters of that
+        layer type where they differ by layer type (Gemma-3's local and global theta), as transformers does."""
         fields = _as_dict(config)
         model_type = fields.get("model_type")
-        parameters = _rope_parameters(fields)
+        parameters = _rope_parameters(fields, model_type, layer_type)
         section, interleaved = _mrope(fields, model_type, parameters)
         mode = _mode(fields, model_type, rotary_mode)
         head_dim, partial_slice = _geometry(fields, model_type, parameters)
@@ -78,12 +99,18 @@ class RopeConfig:
             scaling.pop("type", None)
             scaling["rope_type"] = "default"
         theta = scaling.pop("rope_theta", None)
-        theta = _theta(fields) if theta is None else theta
-        if rope_type_of(scaling) == "default" and len(scaling) <= 1:
-            scaling = None
+        theta = _theta(fields, model_type) if theta is None else theta
         max_positions = _first(fields, "max_position_embeddings", "n_positions", "seq_length")
         if max_positions is not None:
             max_positions = int(check_value("max_position_embeddings", max_positions, COUNT))
+        if rope_type_of(scaling) in _ORIGINAL_LENGTH_TYPES:  # as transformers' standardize_rope_params
+            original = _first(fields, "original_max_position_embeddings")
+            if original is not None:
+                scaling["original_max_position_embeddings"] = original
+            elif max_positions is not None:
+                scaling.setdefault("original_max_position_embeddings", max_positions)
+        if rope_type_of(scaling) == "default" and len(scaling) <= 1:
+            scaling = None
         return cls(model_type, head_dim, partial_slice, mode, check_value("rope_theta", theta, POSITIVE), scaling,
                    max_positions, section, interleaved)
 
@@ -105,15 +132,55 @@ def _first(fields, *keys):
     return next((fields[key] for key in keys if fields.get(key) is not None), None)
 
 
-def _rope_parameters(fields):
-    """transformers 5's rope_parameters, else transformers 4's rope_scaling (each may be absent)."""
+def _rope_parameters(fields, model_type, layer_type):
+    """transformers 5's rope_parameters, else transformers 4's rope_scaling, else (no rope key at all) the
+    family's defaults; of `layer_type` where they are given per layer type."""
+    unread = [key for key in _UNREAD_KEYS if fields.get(key) is not None]
+    if unread:
+        raise ValueError(f"{_PREFIX}: {unread[0]}={fields[unread[0]]!r} is not read here (its family's "
+                         f"transformers config class decides what it means); pass the config object transformers "
+                         f"builds from it, whose rope_parameters hold each layer type's parameters")
+    value = None
     for key in ("rope_parameters", "rope_scaling"):
-        value = fields.get(key)
-        if value is not None:
-            if not isinstance(value, dict):
-                raise TypeError(f"{_PREFIX}: {key} must be a dict, got {type(value).__name__}")
-            return dict(value)
-    return {}
+        if fields.get(key) is not None:
+            if not isinstance(fields[key], dict):
+                raise TypeError(f"{_PREFIX}: {key} must be a dict, got {type(fields[key]).__name__}")
+            value = copy.deepcopy(fields[key])
+            break
+    if value is None:
+        given = any(fields.get(key) is not None for key in _ROPE_KEYS)
+        value = {} if given else copy.deepcopy(FAMILY_ROPE_DEFAULTS.get(model_type, {}))
+    family = FAMILY_ROPE_DEFAULTS.get(model_type, {})
+    nested_defaults = {key: v for key, v in family.items() if isinstance(v, dict)}
+    if not _nested(value) and (fields.get("rope_local_base_freq") is not None or model_type in _LOCAL_BASE_FAMILIES):
+        # transformers 4's form of per-layer-type rope (Gemma-3): the flat parameters are the global layers',
+        # the sliding layers' rotate with rope_local_base_freq (else the family's local theta), no scaling
+        local = {"rope_type": "default"}
+        theta = _first(fields, "rope_local_base_freq")
+        theta = _first(nested_defaults.get("sliding_attention", {}), "rope_theta") if theta is None else theta
+        if theta is not None:
+            local["rope_theta"] = theta
+        full_theta = _first(nested_defaults.get("full_attention", {}), "rope_theta")
+        full = value if full_theta is None or "rope_theta" in value or fields.get("rope_theta") is not None else \
+            {**value, "rope_theta": full_theta}
+        value = {"full_attention": full, "sliding_attention": local}
+    if not _nested(value):
+        return value
+    if layer_type is None:
+        kinds = {repr(sorted(v.items())) for v in value.values()}
+        if len(kinds) > 1:
+            raise ValueError(f"{_PREFIX}: this config's rope parameters differ by layer type ({sorted(value)}): "
+                             f"pass layer_type= (the layer's entry in config.layer_types), one layer per type")
+        layer_type = next(iter(value))
+    if layer_type not in value:
+        raise ValueError(f"{_PREFIX}: layer_type={layer_type!r} has no rope parameters here; the config gives "
+                         f"{sorted(value)}")
+    return dict(value[layer_type])
+
+
+def _nested(parameters):
+    """rope_parameters keyed by layer type (each value a dict of one type's parameters)?"""
+    return bool(parameters) and all(isinstance(v, dict) for v in parameters.values())
 
 
 def _mrope(fields, model_type, parameters):
@@ -137,9 +204,14 @@ def _mode(fields, model_type, rotary_mode):
     if model_type == "deepseek_v3" and fields.get("rope_interleave") is False:
         return normalize_mode("half")
     if model_type not in FAMILY_MODES:
+        text = f"{model_type}_text"
+        if text in FAMILY_MODES:
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} has no known rotary layout, but its text "
+                             f"decoder's {text!r} has: pass the text config (config['text_config'] with "
+                             f"model_type={text!r}), or rotary_mode=")
         raise ValueError(f"{_PREFIX}: model_type={model_type!r} has no known rotary layout; pass rotary_mode= "
-                         f"(one of 'half', 'interleave', 'quarter', 'interleave-half'; families known: "
-                         f"{sorted(FAMILY_MODES)})")
+                         f"(one of 'half', 'interleave', 'quarter', 'interleave-half'); the {len(FAMILY_MODES)} "
+                         f"families known are ms_rotary.rope_config.FAMILY_MODES (docs/families.md)")
     return normalize_mode(FAMILY_MODES[model_type])
 
 
@@ -174,6 +246,7 @@ def _geometry(fields, model_type, parameters):
         rotary_dim = _int(fields, "rotary_dim")
     else:
         factor = _first(parameters, "partial_rotary_factor") or _first(fields, "partial_rotary_factor", "rotary_pct")
+        factor = _first(FAMILY_ROPE_DEFAULTS.get(model_type, {}), "partial_rotary_factor") if factor is None else factor
         factor = 1.0 if factor is None else check_value("partial_rotary_factor", factor, FRACTION)
         rotary_dim = int(head_dim * factor)
     if rotary_dim > head_dim or rotary_dim % 2:
@@ -181,8 +254,11 @@ def _geometry(fields, model_type, parameters):
     return head_dim, (0, rotary_dim)
 
 
-def _theta(fields):
+def _theta(fields, model_type):
+    """The top-level theta, else the family's default (its transformers config class's), else 10000."""
     if fields.get("rope_ratio") is not None:  # ChatGLM: base 10000 scaled by rope_ratio
         return 10000.0 * check_value("rope_ratio", fields["rope_ratio"], POSITIVE)
     theta = _first(fields, "rope_theta", "rotary_emb_base")
+    default = FAMILY_ROPE_DEFAULTS.get(model_type, {})
+    theta = _first(default, "rope_theta") if theta is None else theta
     return 10000.0 if theta is None else theta

@@ -1,0 +1,148 @@
+"""Which transformers families ms_rotary rotates exactly as transformers does, found by running them: for each
+model type whose modeling module has a rotary class and `apply_rotary_pos_emb`, its default config (its text
+config for multimodal ones) read by RopeConfig in each lane layout, cos/sin and the rotation compared with
+transformers' own on q at positions up to 3500. Writes ms_rotary/families.py (the layout of each family that
+matched, and the rope parameters its config class gives a config.json that lacks them); tests/test_families.py
+runs the same comparison against the committed table.
+    python -m tools.rope_families            # needs torch and transformers; rewrites ms_rotary/families.py
+"""
+import importlib
+import inspect
+import logging
+import os
+import warnings
+
+import numpy as np
+
+POSITIONS = np.array([0, 1, 5, 17, 300, 2047, 3500])
+MODES = ("half", "interleave")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT, DOCS = os.path.join(ROOT, "ms_rotary", "families.py"), os.path.join(ROOT, "docs", "families.md")
+
+
+def rotary_module(model_type):
+    """(default text config, rotary class, apply function) of a transformers model type, or None."""
+    from transformers import CONFIG_MAPPING
+    config_class = CONFIG_MAPPING[model_type]
+    try:
+        module = importlib.import_module(config_class.__module__.replace("configuration_", "modeling_"))
+        config = config_class()
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    except Exception:  # noqa: BLE001 (a module that needs other packages, a config that needs arguments)
+        return None
+    classes = [getattr(module, name) for name in dir(module)
+               if name.endswith("RotaryEmbedding") and inspect.isclass(getattr(module, name))]
+    text = [c for c in classes if "Vision" not in c.__name__ and "Audio" not in c.__name__]
+    apply = getattr(module, "apply_rotary_pos_emb", None)
+    if not text or apply is None:
+        return None
+    return config, text[0], apply
+
+
+def layer_types(model_type):
+    """The layer types whose rope parameters differ in the family's default config ([None] if not nested)."""
+    config = rotary_module(model_type)[0]
+    parameters = getattr(config, "rope_parameters", None) or {}
+    nested = [key for key, value in parameters.items() if isinstance(value, dict)]
+    return nested or [None]
+
+
+def compare(model_type, mode, layer_type=None):
+    """Max |ms_rotary - transformers| of q rotated at POSITIONS under the family's default config (for one of
+    its layer types), or the reason it cannot be compared (a string)."""
+    import mindspore as ms
+    import torch
+
+    import ms_rotary
+    found = rotary_module(model_type)
+    if found is None:
+        return "no rotary class and apply_rotary_pos_emb"
+    config, rotary_class, apply = found
+    try:
+        rope = ms_rotary.RopeConfig.from_config(config.to_dict() | {"model_type": model_type}, rotary_mode=mode,
+                                                layer_type=layer_type)
+        positions = POSITIONS[POSITIONS < (rope.max_position_embeddings or 1 << 30)]
+        q = np.random.default_rng(0).uniform(-1, 1, (1, len(positions), 2, rope.head_dim)).astype(np.float32)
+        cos, sin = rope.cos_sin(positions)
+        got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin).asnumpy()
+    except Exception as error:  # noqa: BLE001
+        return f"ms_rotary: {error}"
+    try:
+        by_type = {} if layer_type is None else {"layer_type": layer_type}
+        cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]), **by_type)
+        q_hf = torch.tensor(q).transpose(1, 2)
+        expected = apply(q_hf, q_hf, cos_hf, sin_hf)[0].transpose(1, 2).numpy()
+    except Exception as error:  # noqa: BLE001
+        return f"transformers: {type(error).__name__}: {error}"
+    return float(np.abs(got - expected).max())
+
+
+def default_rope_parameters(model_type):
+    config = rotary_module(model_type)[0]
+    parameters = dict(getattr(config, "rope_parameters", None) or {})
+    extra = {key: getattr(config, key) for key in ("partial_rotary_factor",) if getattr(config, key, None) is not None}
+    return {**extra, **parameters}
+
+
+def discover():
+    """{model_type: (layout, default rope parameters)} of the families that match to 5e-4."""
+    from transformers import CONFIG_MAPPING
+    found = {}
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        if rotary_module(model_type) is None:
+            continue
+        for mode in MODES:
+            errors = [compare(model_type, mode, layer_type) for layer_type in layer_types(model_type)]
+            if all(not isinstance(error, str) and error < 5e-4 for error in errors):
+                found[model_type] = (mode, default_rope_parameters(model_type))
+                break
+    return found
+
+
+def main():
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    found = discover()
+    import transformers
+    with open(OUT, "w") as f:
+        f.write(f'"""Generated by `python -m tools.rope_families` from transformers {transformers.__version__}; do not '
+                'edit.\nmodel_type: (lane layout, the rope parameters its config class gives a config.json that lacks '
+                'them,\nor None for rope_theta 10000 and no scaling)."""\n')
+        f.write("# ruff: noqa: E501\nTRANSFORMERS_FAMILIES = {\n")
+        for model_type, (mode, parameters) in found.items():
+            plain = parameters == {"rope_theta": 10000.0, "rope_type": "default"}
+            f.write(f"    {model_type!r}: ({mode!r}, {None if plain else dict(sorted(parameters.items()))!r}),\n")
+        f.write("}\n")
+    import ms_rotary.families
+    import ms_rotary.rope_config
+    importlib.reload(ms_rotary.families)
+    importlib.reload(ms_rotary.rope_config)
+    with open(DOCS, "w") as f:
+        f.write(families_markdown())
+    print(f"{len(found)} families -> {OUT}, {os.path.normpath(DOCS)}")
+
+
+
+def families_markdown():
+    """docs/families.md: every family from_config knows, its layout and default rope parameters."""
+    from ms_rotary.families import TRANSFORMERS_FAMILIES
+    from ms_rotary.rope_config import FAMILY_MODES, FAMILY_ROPE_DEFAULTS
+    lines = ["# Model families `from_config` knows", "",
+             "Generated by `python -m tools.rope_families` from `ms_rotary/rope_config.py` (do not edit). "
+             "\"checked against transformers\": tools/rope_families.py found the family's default config rotating "
+             "as transformers' own rotary class and `apply_rotary_pos_emb` do (tests/test_families.py repeats it "
+             "where transformers is installed); \"checked by hand\": tests/test_rope_config.py and "
+             "tests/test_embedding.py compare it with transformers. Defaults: what a config.json without rope keys "
+             "gets (its transformers config class's); blank: theta 10000, no scaling.", "",
+             "| model_type | layout | checked | defaults |", "|---|---|---|---|"]
+    for model_type in sorted(FAMILY_MODES):
+        how = "against transformers" if model_type in TRANSFORMERS_FAMILIES else "by hand"
+        defaults = FAMILY_ROPE_DEFAULTS.get(model_type)
+        shown = "" if defaults is None else ", ".join(f"{k}: {v}" for k, v in defaults.items()
+                                                       if not isinstance(v, list))
+        lines.append(f"| `{model_type}` | {FAMILY_MODES[model_type]} | {how} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
