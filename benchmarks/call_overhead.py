@@ -11,7 +11,7 @@
   tensor;
 - beside each recording figure, the same rotary written with plain MindSpore ops (examples/rope_common.py).
 
-Rows go to benchmarks/runs.csv (case "per call ...")."""
+Rows go to runs.csv (case "per call ...", benchmarks/runs_csv.py says where)."""
 import argparse
 import statistics
 import time

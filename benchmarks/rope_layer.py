@@ -2,8 +2,9 @@
 
     python -m benchmarks.rope_layer
 
-- decode: q [1, 1, 32, 128], k [1, 1, 8, 128], one position from a cache of 8192, half mode on the whole head:
-  the layer (q and k in one call) against one built-in `add` on q, and against what users wrote before the
+- decode: q [1, 1, 32, 128], k [1, 1, 8, 128], one position from a cache of 8192, half mode on the whole head,
+  a new positions tensor each call as a decode loop makes it: the layer (q and k in one call) against one
+  built-in `add` on q, and against what users wrote before the
   layer (a table per step from rope_cos_sin plus two PartialRotaryMul calls; slicing a prebuilt table);
 - prefill: q [1, 4096, 32, 128], k [1, 4096, 8, 128], positions 0..4095: the layer (and with inplace=True)
   against rope_cos_sin plus two PartialRotaryMul calls, the same rotary written with plain MindSpore ops on a
@@ -15,7 +16,7 @@
 - both, when torch is installed: the same rotation in torch (cos/sin gathered from a cache by position,
   rotate-half on q and k, out of place), eager and torch.compile'd.
 Each call is timed in a loop of 100 (decode) or 10 (prefill) with one sync at the end, medians of 5 rounds.
-Rows go to benchmarks/runs.csv (case "rope layer ...")."""
+Rows go to runs.csv (case "rope layer ...", benchmarks/runs_csv.py says where)."""
 import importlib.util
 import threading
 import time
@@ -55,8 +56,11 @@ def case(name, seq, calls, rows, position):
         cos, sin = cos_all[:, position:position + seq], sin_all[:, position:position + seq]
         return plain_rotary(q, cos, sin, 0, 0, D), plain_rotary(k, cos, sin, 0, 0, D)
 
+    def new_positions():  # a decode loop makes each step's positions afresh; prefill's are made once
+        return ms.Tensor(np.arange(position, position + seq)) if seq == 1 else positions
+
     implementations = {
-        "RotaryEmbedding (q and k in one call)": lambda: rope(q, k, positions),
+        "RotaryEmbedding (q and k in one call)": lambda: rope(q, k, new_positions()),
         "built-in add on q": lambda: q + q,
         "rope_cos_sin + two PartialRotaryMul": table_per_call,
         "sliced prebuilt table + two PartialRotaryMul": sliced_table,

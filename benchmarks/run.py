@@ -3,8 +3,9 @@
     pip install ".[bench]" && python -m benchmarks.run [--quick]
 
 Prints a markdown table (shape, dtype, mode, ms, GB/s, % of copy bandwidth and of a same-bytes C loop, ratio vs
-each peer), writes benchmarks/results/latest.md and benchmarks/results/bandwidth.png (GB/s vs problem size per
-implementation), and appends the run's rows to benchmarks/runs.csv (not with --quick).
+each peer), writes results/latest.md and results/bandwidth.png (GB/s vs problem size per implementation) and
+appends the run's rows to runs.csv (not with --quick), under benchmarks/out/ (untracked); MS_ROTARY_BENCH_RECORD=1
+writes the committed benchmarks/results/bandwidth.png and benchmarks/runs.csv instead (runs_csv.py).
 Bytes counted are the bytes the op must move: the slice of dy read and written once, cos/sin read once.
 """
 import argparse
@@ -25,13 +26,12 @@ from mindspore.graph.api import _pynative_executor
 
 import ms_rotary
 from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS
-from benchmarks.runs_csv import RUNS_CSV, append_rows
+from benchmarks.runs_csv import append_rows, output_dir, runs_csv
 from examples.rope_common import plain_rotary  # the same math from MindSpore built-ins
 from ms_rotary import library, numpy_kernel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-RESULTS = os.path.join(HERE, "results")
 NP_DTYPES = {"float32": np.float32, "bfloat16": None}
 
 
@@ -98,7 +98,7 @@ def copy_bandwidth(moved, repeats):
 
 def load_slice_touch():
     """slice_touch.c compiled here (the package's build already needs a C compiler); None if that fails."""
-    library = os.path.join(RESULTS, "slice_touch.so")
+    library = os.path.join(output_dir(), "results", "slice_touch.so")
     source = os.path.join(HERE, "slice_touch.c")
     if subprocess.run(["cc", *LOOP_FLAGS, "-shared", "-fPIC", source, "-o", library]).returncode:
         return None
@@ -342,7 +342,7 @@ def main():
     repeats = 5 if args.quick else 15
     ms.set_device("CPU")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    os.makedirs(RESULTS, exist_ok=True)
+    results = os.path.join(output_dir(), "results")
     global SLICE_TOUCH
     SLICE_TOUCH = load_slice_touch()
     lines = []
@@ -361,12 +361,12 @@ def main():
     report_threads(repeats, big, emit)
     csv_rows += report_call_overhead(args.quick, emit)
     sweep(repeats, args.quick, max(copy_gbs.values()), emit)
-    with open(os.path.join(RESULTS, "latest.md"), "w") as f:
+    with open(os.path.join(results, "latest.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     if not args.quick:
         append_rows(csv_rows)
-    print(f"wrote {os.path.join(RESULTS, 'latest.md')} and {os.path.join(RESULTS, 'bandwidth.png')}"
-          + ("" if args.quick else f"; appended this run to {RUNS_CSV}"))
+    print(f"wrote {os.path.join(results, 'latest.md')} and {os.path.join(results, 'bandwidth.png')}"
+          + ("" if args.quick else f"; appended this run to {runs_csv()}"))
 
 
 def sweep(repeats, quick, best_copy, emit):
@@ -396,7 +396,7 @@ def sweep(repeats, quick, best_copy, emit):
     plt.legend(fontsize=8)
     plt.grid(True, which="both", alpha=0.3)
     plt.tight_layout()
-    plt.savefig(os.path.join(RESULTS, "bandwidth.png"), dpi=120)
+    plt.savefig(os.path.join(output_dir(), "results", "bandwidth.png"), dpi=120)
     emit("sweep (GB/s by bytes moved): " + "; ".join(
         f"{name}: " + ", ".join(f"{mb:.1f}MB {gbs:.1f}" for mb, gbs in points) for name, points in series.items()))
 

@@ -1,5 +1,6 @@
-"""Appends a benchmark run's results to benchmarks/runs.csv, one row per case and implementation, so runs
-compare over time: git revision, date, machine, case, implementation, ms, GB/s."""
+"""Appends a benchmark run's results to runs.csv, one row per case and implementation, so runs compare over
+time: git revision, date, machine, case, implementation, ms, GB/s. Runs write under benchmarks/out/ (untracked);
+with MS_ROTARY_BENCH_RECORD=1 they update the committed benchmarks/runs.csv and benchmarks/results/."""
 import csv
 import datetime
 import os
@@ -7,7 +8,18 @@ import platform
 import subprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RUNS_CSV = os.path.join(HERE, "runs.csv")
+RECORD_ENV = "MS_ROTARY_BENCH_RECORD"
+
+
+def output_dir():
+    """benchmarks/ itself when recording (MS_ROTARY_BENCH_RECORD=1), else benchmarks/out/ (git ignores it)."""
+    directory = HERE if os.environ.get(RECORD_ENV) == "1" else os.path.join(HERE, "out")
+    os.makedirs(os.path.join(directory, "results"), exist_ok=True)
+    return directory
+
+
+def runs_csv():
+    return os.path.join(output_dir(), "runs.csv")
 COLUMNS = ["revision", "date", "machine", "case", "implementation", "ms", "GB/s"]
 
 
@@ -32,9 +44,10 @@ def machine():
 
 def append_rows(rows):
     """rows: (case, implementation, seconds, bytes moved or None)."""
-    new_file = not os.path.exists(RUNS_CSV)
+    path = runs_csv()
+    new_file = not os.path.exists(path)
     stamp = (revision(), datetime.date.today().isoformat(), machine())
-    with open(RUNS_CSV, "a", newline="") as out:
+    with open(path, "a", newline="") as out:
         writer = csv.writer(out)
         if new_file:
             writer.writerow(COLUMNS)
