@@ -7,8 +7,8 @@ against that). Run alone (2 cores are easily saturated):
 
     python -m benchmarks.train_step                 # GRAPH_MODE and PyNative, fp32 (bf16: see below)
 
-Rows go to runs.csv (case "train_step ...", benchmarks/runs_csv.py says where). bf16 is attempted and reported as refused when
-MindSpore 2.10 has no CPU kernel for the block's own ops (MatMul, softmax)."""
+Rows go to runs.csv (case "train_step ...", benchmarks/runs_csv.py says where). bf16 is attempted and
+reported as refused when MindSpore 2.10 has no CPU kernel for the block's own ops (MatMul, softmax)."""
 import argparse
 import statistics
 import time
