@@ -150,8 +150,7 @@ def _rope_parameters(fields, model_type, layer_type):
     if value is None:
         given = any(fields.get(key) is not None for key in _ROPE_KEYS)
         value = {} if given else copy.deepcopy(FAMILY_ROPE_DEFAULTS.get(model_type, {}))
-    family = FAMILY_ROPE_DEFAULTS.get(model_type, {})
-    nested_defaults = {key: v for key, v in family.items() if isinstance(v, dict)}
+    nested_defaults = {key: v for key, v in FAMILY_ROPE_DEFAULTS.get(model_type, {}).items() if isinstance(v, dict)}
     if not _nested(value) and (fields.get("rope_local_base_freq") is not None or model_type in _LOCAL_BASE_FAMILIES):
         # transformers 4's form of per-layer-type rope (Gemma-3): the flat parameters are the global layers',
         # the sliding layers' rotate with rope_local_base_freq (else the family's local theta), no scaling
@@ -161,9 +160,9 @@ def _rope_parameters(fields, model_type, layer_type):
         if theta is not None:
             local["rope_theta"] = theta
         full_theta = _first(nested_defaults.get("full_attention", {}), "rope_theta")
-        full = value if full_theta is None or "rope_theta" in value or fields.get("rope_theta") is not None else \
-            {**value, "rope_theta": full_theta}
-        value = {"full_attention": full, "sliding_attention": local}
+        if full_theta is not None and fields.get("rope_theta") is None:  # the family's global theta, unless given
+            value = {"rope_theta": full_theta, **value}
+        value = {"full_attention": value, "sliding_attention": local}
     if not _nested(value):
         return value
     if layer_type is None:
@@ -176,6 +175,11 @@ def _rope_parameters(fields, model_type, layer_type):
         raise ValueError(f"{_PREFIX}: layer_type={layer_type!r} has no rope parameters here; the config gives "
                          f"{sorted(value)}")
     return dict(value[layer_type])
+
+
+def _family_default(model_type, key):
+    """`key` of the family's flat default rope parameters (None where it has none, or they are per layer type)."""
+    return _first(FAMILY_ROPE_DEFAULTS.get(model_type, {}), key)
 
 
 def _nested(parameters):
@@ -246,7 +250,7 @@ def _geometry(fields, model_type, parameters):
         rotary_dim = _int(fields, "rotary_dim")
     else:
         factor = _first(parameters, "partial_rotary_factor") or _first(fields, "partial_rotary_factor", "rotary_pct")
-        factor = _first(FAMILY_ROPE_DEFAULTS.get(model_type, {}), "partial_rotary_factor") if factor is None else factor
+        factor = _family_default(model_type, "partial_rotary_factor") if factor is None else factor
         factor = 1.0 if factor is None else check_value("partial_rotary_factor", factor, FRACTION)
         rotary_dim = int(head_dim * factor)
     if rotary_dim > head_dim or rotary_dim % 2:
@@ -259,6 +263,5 @@ def _theta(fields, model_type):
     if fields.get("rope_ratio") is not None:  # ChatGLM: base 10000 scaled by rope_ratio
         return 10000.0 * check_value("rope_ratio", fields["rope_ratio"], POSITIVE)
     theta = _first(fields, "rope_theta", "rotary_emb_base")
-    default = FAMILY_ROPE_DEFAULTS.get(model_type, {})
-    theta = _first(default, "rope_theta") if theta is None else theta
+    theta = _family_default(model_type, "rope_theta") if theta is None else theta
     return 10000.0 if theta is None else theta
