@@ -23,6 +23,7 @@ class CacheRead:
     channels: int = 1                             # positions a token: 1, 2 (quarter) or 3 (M-RoPE)
     with_k: bool = False                          # q and k in one call
     cache_dtype: str = "float32"                  # the cache's (the Ascend ops' lane masks follow its bytes)
+    rows_per_call: bool = False                   # the rows are the call's own (length_rope), not a cache
 
     @property
     def axes(self):

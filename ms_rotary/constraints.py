@@ -273,14 +273,17 @@ def check_cache_read_call(call, shapes, dtypes, cos_shape, sin_shape, cos_dtype,
     check_cache_read(call, shapes, cos_shape, sin_shape, positions_shape)
 
 
-def position_outside_cache(position, cache_rows):
-    """The refusal of a position outside the cache (eagerly here; in a graph the compiled kernel fills it in)."""
+def position_outside_cache(position, cache_rows, rows_per_call=False):
+    """The refusal of a position outside the cache (eagerly here; in a graph the compiled kernel fills it in).
+    Rows computed per call (length_rope) are read at 0..n-1, so only a negative position reaches the check."""
+    if rows_per_call:
+        return f"{LAYER}: position {position} is negative; positions must be >= 0"
     return (f"{LAYER}: position {position} is outside the cos/sin cache [0, {cache_rows}); build the layer with "
             f"cache_positions above the largest position it will see")
 
 
-def check_positions_range(positions, cache_rows):
+def check_positions_range(positions, cache_rows, rows_per_call=False):
     """positions: a numpy integer array; each must lie in [0, cache_rows)."""
     if positions.size and (positions.min() < 0 or positions.max() >= cache_rows):
         bad = positions.min() if positions.min() < 0 else positions.max()
-        raise ValueError(position_outside_cache(int(bad), cache_rows))
+        raise ValueError(position_outside_cache(int(bad), cache_rows, rows_per_call))

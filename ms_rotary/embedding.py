@@ -17,13 +17,12 @@ from mindspore import nn
 from .call import LAYOUT_AXES, CacheRead, RotaryCall
 from .constraints import FLOAT_DTYPES, LAYER, MAX_HEAD_DIM, kernel_positions, normalize_mode
 from .functions import rotary
+from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
 from .modes import lane_pairs
 from .rope_config import RopeConfig
 from .rope_scaling import rope_type_of
-from .tables import cache_parameters, mrope_channels
+from .tables import cache_parameters, check_partial_rotary_factor, mrope_channels
 
-# Tables whose frequencies depend on the current sequence length: one cache cannot hold them.
-_LENGTH_DEPENDENT = ("dynamic", "longrope")
 _CACHE_DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
 
 
@@ -96,11 +95,11 @@ class RotaryEmbedding(nn.Cell):
         start, end = _rotated_lanes(head_dim, partial_slice)
         if layout not in LAYOUT_AXES:
             raise ValueError(f"{LAYER}: layout={layout!r} must be one of {list(LAYOUT_AXES)}")
-        rope_type = rope_type_of(rope_scaling) if isinstance(rope_scaling, dict) else None
-        if rope_type in _LENGTH_DEPENDENT:
-            raise ValueError(f"{LAYER}: rope_type {rope_type!r} changes its frequencies with the sequence length, "
-                             f"which one cache cannot hold; build tables per call with rope_cos_sin(seq_len=...)")
+        length_dependent = is_length_dependent(rope_scaling)
         positions = cache_positions if cache_positions is not None else max_position_embeddings
+        if length_dependent and cache_positions is not None:
+            raise refuse_length_dependent_with(rope_type_of(rope_scaling), f"it reads no cache (any position >= 0 "
+                                               f"is served); leave cache_positions={cache_positions!r} out")
         if positions is None:
             raise ValueError(f"{LAYER}: give cache_positions (or max_position_embeddings, its default): the cache "
                              f"covers positions [0, cache_positions)")
@@ -119,15 +118,30 @@ class RotaryEmbedding(nn.Cell):
             lane_channels, channels = mrope_lane_channels(mode, end - start, mrope_section, mrope_interleaved), 3
         else:
             lane_channels, channels = None, 1
-        self.cos_cache, self.sin_cache = cache_parameters(int(positions), end - start, mode, rope_theta, rope_scaling,
-                                                          max_position_embeddings, dtype, head_dim=int(head_dim))
+        if length_dependent and channels > 1:
+            raise refuse_length_dependent_with(rope_type_of(rope_scaling), "it takes one position a token, not "
+                                               "quarter mode's two or M-RoPE's three")
+        if length_dependent:
+            check_partial_rotary_factor(rope_scaling, end - start, int(head_dim))
+            self.rows = LengthDependentRows(end - start, mode, rope_theta, rope_scaling, max_position_embeddings,
+                                            dtype)
+            self.cos_cache = self.sin_cache = None
+        else:
+            self.rows = None
+            self.cos_cache, self.sin_cache = cache_parameters(int(positions), end - start, mode, rope_theta,
+                                                              rope_scaling, max_position_embeddings, dtype,
+                                                              head_dim=int(head_dim))
         self.head_dim, self.partial_slice, self.rotary_mode, self.layout = int(head_dim), (start, end), mode, layout
         self.channels, self.inplace = channels, bool(inplace)
         cache = CacheRead(int(head_dim), layout, lane_channels, channels, False,
-                          {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}[dtype])
+                          {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}[dtype],
+                          length_dependent)
         call = RotaryCall(mode, (start, end), False, self.inplace, "q", cache)
-        self.rotate_q = rotary(call, backend, "RotaryEmbedding")
-        self.rotate_qk = rotary(replace(call, cache=replace(cache, with_k=True)), backend, "RotaryEmbedding")
+        with_k = replace(call, cache=replace(cache, with_k=True))
+        self.rotate_q, self.rotate_qk = (rotary(c, backend, "RotaryEmbedding") for c in (call, with_k))
+        # R^T: the same call conjugated (the Grad op's direction), out of place or in place as the layer
+        self.inverse_q, self.inverse_qk = (rotary(replace(c, conjugate=True), backend, "RotaryEmbedding.inverse")
+                                           for c in (call, with_k))
         self.backend = self.rotate_q.backend
 
     @classmethod
@@ -150,17 +164,30 @@ class RotaryEmbedding(nn.Cell):
 
     def construct(self, q, k, positions):
         """Traced, inside a compiled network: positions given as a list or array become a constant tensor."""
-        positions = kernel_positions(positions, self.channels)
-        if isinstance(positions, np.ndarray):
-            positions = ms.Tensor(positions)
-        return self._rotate(q, k, positions)
+        return self._rotate(q, k, self._tensor_positions(positions))
 
-    def _rotate(self, q, k, positions):
+    def inverse(self, q, k=None, positions=None):
+        """The transpose R^T at the same positions, which undoes the rotation (it is orthogonal): DeepSeek-V4
+        de-rotates its attention output with it. The Grad op's direction, with the layer's cache and rules;
+        from Python or inside a compiled network."""
+        if positions is None:
+            raise TypeError(f"{LAYER}.inverse takes (q, k, positions): positions are required")
+        return self._rotate(q, k, self._tensor_positions(positions), True)
+
+    def _tensor_positions(self, positions):
+        positions = kernel_positions(positions, self.channels)
+        return ms.Tensor(positions) if isinstance(positions, np.ndarray) else positions
+
+    def _rotate(self, q, k, positions, inverse=False):
+        cos, sin = self.cos_cache, self.sin_cache
+        if self.rows is not None:  # this call's own rows (length_rope), read at 0..n-1
+            cos, sin, positions = self.rows(positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
         if k is None:
-            return self.rotate_q(q, self.cos_cache, self.sin_cache, positions)
-        return self.rotate_qk(q, k, self.cos_cache, self.sin_cache, positions)
+            return (self.inverse_q if inverse else self.rotate_q)(q, cos, sin, positions)
+        return (self.inverse_qk if inverse else self.rotate_qk)(q, k, cos, sin, positions)
 
     def extend_repr(self):
+        rows = "rows per call" if self.rows is not None else f"cache_positions={self.cos_cache.shape[1]}"
         return (f"head_dim={self.head_dim}, partial_slice={list(self.partial_slice)}, "
-                f"rotary_mode={self.rotary_mode}, layout={self.layout}, cache_positions={self.cos_cache.shape[1]}"
+                f"rotary_mode={self.rotary_mode}, layout={self.layout}, {rows}"
                 f"{', M-RoPE' if self.channels == 3 else ''}{', inplace' if self.inplace else ''}")

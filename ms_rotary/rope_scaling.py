@@ -70,7 +70,7 @@ def rope_type_of(rope_scaling):
     return params.get("rope_type", params.get("type", "default"))
 
 
-def _resolve(rope_scaling, max_position_embeddings):
+def resolve_rope_scaling(rope_scaling, max_position_embeddings):
     """(rope_type, params) with keys checked; original_max_position_embeddings defaults to
     max_position_embeddings as transformers does."""
     if rope_scaling is None:
@@ -178,7 +178,7 @@ def inverse_frequencies(dim, rope_theta, rope_scaling, max_position_embeddings, 
     sequence in use) drives dynamic and longrope."""
     if max_position_embeddings is not None:
         check_value("max_position_embeddings", max_position_embeddings, COUNT)
-    rope_type, params = _resolve(rope_scaling, max_position_embeddings)
+    rope_type, params = resolve_rope_scaling(rope_scaling, max_position_embeddings)
     if "rope_theta" in params:
         base = params["rope_theta"]
     else:

@@ -81,7 +81,7 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
                          f"for rotary_mode {mode}")
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{_PREFIX}: dtype={dtype} must be one of {[str(t) for t in FLOAT_DTYPES]}")
-    _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
+    check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
     channels = None
     if mrope_section is not None:
         if quarter:
@@ -128,7 +128,7 @@ def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rop
     caches' own size (a Parameter made from a whole array copies it, bf16 through a float32 array)."""
     mode = normalize_mode(rotary_mode)
     quarter = mode == 2
-    _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
+    check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
     frequency_dim = rotary_dim // 2 if quarter else rotary_dim
     inv_freq, attention_factor = inverse_frequencies(frequency_dim, rope_theta, rope_scaling, max_position_embeddings,
                                                      positions)
@@ -181,7 +181,7 @@ def _mrope_positions(positions):
     return positions[:, None] if positions.ndim == 2 else positions
 
 
-def _check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim):
+def check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim):
     """A partial_rotary_factor other than 1 says only part of each head rotates: rotary_dim must be that part,
     so it is checked against head_dim rather than ignored (the whole head would rotate)."""
     factor = rope_scaling.get("partial_rotary_factor") if isinstance(rope_scaling, dict) else None

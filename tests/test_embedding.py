@@ -255,7 +255,9 @@ def test_bad_calls_are_refused_by_name_before_anything_is_written(call, error, m
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(rotary_mode="quarter", mrope_section=(4, 4, 0)), ValueError, "does not combine with rotary_mode 2"),
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=64), ValueError,
-     "changes its frequencies with the sequence length"),
+     "computes each call's cos/sin rows from the sequence length .* leave cache_positions=64 out"),
+    (dict(rotary_mode="quarter", rope_scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=64,
+          cache_positions=None), ValueError, "not quarter mode's two"),
     (dict(cache_positions=0), ValueError, r"cache_positions=0 .* must be a positive integer"),
     (dict(cache_dtype=ms.int32), TypeError, "cache_dtype"),
     (dict(layout="BSH"), ValueError, r"layout='BSH' must be one of \['BSND', 'SBND', 'BNSD'\]"),

@@ -46,10 +46,14 @@ class PositionsInCache(nn.Cell):
     """positions, after a check that each lies in the cache [0, rows): the Ascend kernel cannot raise (it clamps
     a position outside the cache into it), so the graph refuses one before the kernel runs, naming it."""
 
+    def __init__(self, rows_per_call=False):
+        super().__init__()
+        self.rows_per_call = rows_per_call
+
     def construct(self, positions, cos):
         rows, low, high = cos.shape[1], positions.min(), positions.max()
         if low < 0 or high >= rows:
-            raise ValueError(position_outside_cache(low if low < 0 else high, rows))
+            raise ValueError(position_outside_cache(low if low < 0 else high, rows, self.rows_per_call))
         return positions
 
 
@@ -57,7 +61,7 @@ class AscendKernel(RotaryKernel):
     def __init__(self, call, device_target):
         super().__init__(call, device_target)
         self.clone = Clone()
-        self.in_cache = PositionsInCache()
+        self.in_cache = PositionsInCache(bool(call.cache and call.cache.rows_per_call))
         cache = call.cache
         if cache is None:
             op_type = OP_TYPES[call.conjugate]

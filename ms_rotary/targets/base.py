@@ -218,7 +218,8 @@ class RotaryKernel(nn.Cell):
                              inputs[0].size >= EAGER_OUT_OF_PLACE_MIN_SIZE):
             return self.run_now(*inputs)
         if self.call.cache is not None:  # off the host: a clear error before the device's kernel, as on the host
-            check_positions_range(host_positions(inputs[-1], self.call.cache.channels), inputs[self.count].shape[1])
+            check_positions_range(host_positions(inputs[-1], self.call.cache.channels), inputs[self.count].shape[1],
+                                  self.call.cache.rows_per_call)
         return super().__call__(*tensor_positions(self.call, inputs))
 
     def write_guard(self, message):
@@ -257,7 +258,7 @@ class RotaryKernel(nn.Cell):
         call = self.call
         _checked_cache_read(call, tuple(tuple(t.shape) for t in tensors), tuple(cos.shape), tuple(sin.shape),
                             positions.shape, tuple(t.dtype for t in tensors), cos.dtype, sin.dtype)
-        check_positions_range(positions, cos.shape[1])
+        check_positions_range(positions, cos.shape[1], call.cache.rows_per_call)
         if call.in_place:
             for tensor, name in zip(tensors, call.rotated_names):
                 require_contiguous(tensor, name)

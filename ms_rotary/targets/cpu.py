@@ -28,7 +28,8 @@ class CpuKernel(RotaryKernel):
             self.traced = self.prim
         else:  # one primitive per tensor: MindSpore 2.10's CPU AOT kernels take one output
             entry = library.AOT_POSITIONS_ENTRIES[int(call.conjugate)]
-            attrs = {**cache_read_attrs(call), "position_error": position_outside_cache("{position}", "{cache_rows}")}
+            error = position_outside_cache("{position}", "{cache_rows}", call.cache.rows_per_call)
+            attrs = {**cache_read_attrs(call), "position_error": error}
             positions = (("positions", DataType.I64_Default),)
             self.prim_q = self._primitive(entry, ("q",), attrs, positions)
             if call.cache.with_k:

@@ -38,7 +38,7 @@ class NumpyKernel(RotaryKernel):
             return out if dy.dtype.name == "bfloat16" else out.astype(dy.dtype)
 
         def compute_at(dy, cos, sin, positions):
-            check_positions_range(positions, cos.shape[1])  # raised in the graph as this ValueError
+            check_positions_range(positions, cos.shape[1], call.cache.rows_per_call)  # raised in the graph as is
             out = gather_rotate(call, dy, cos, sin, positions) if dy.size else dy.astype(np.float32)
             return out if dy.dtype.name == "bfloat16" else out.astype(dy.dtype)
 
