@@ -70,26 +70,33 @@ def _cache_dtype(cache_dtype):
 class RotaryEmbedding(nn.Cell):
     """RotaryEmbedding(head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
     max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None, layout="BSND",
-    mrope_section=None, mrope_interleaved=False, inplace=False)
+    mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False)
 
-    The cache covers positions [0, cache_positions): give cache_positions, or max_position_embeddings (its
-    default); one of them is required. partial_slice: the rotated lanes [start, end) of each head (None: all).
+    One of cache_positions and max_position_embeddings is required: the cache covers positions
+    [0, cache_positions), cache_positions defaulting to max_position_embeddings. partial_slice: the rotated lanes
+    [start, end) of each head (None: all). Use `from_config` for a model.
 
-    `rope(q, k, positions)` -> (q_rot, k_rot); `rope(q, None, positions)` -> q_rot. q [B, S, Nq, D] and k
-    [B, S, Nk, D] (their own head counts: GQA, MQA; layout "SBND": [S, B, N, D], "BNSD": [B, N, S, D]) of one
-    float dtype, D = head_dim; positions integer (a tensor, array or list) [S] or [B, S], each in
-    [0, cache_positions). M-RoPE (an mrope_section of three frequency counts; mrope_interleaved for Qwen3-VL):
-    positions [3, S] or [3, B, S] (time, height, width), each lane's cos/sin read at its channel's position;
-    quarter mode (rotary_mode 2, ChatGLM-6B): positions [S, 2] or [B, S, 2] (token, block). The cache holds
-    cos/sin computed in float64 and stored in cache_dtype: fp32 by default; a bf16 cache rounds cos/sin to 8
-    bits, whose angle error grows with the position. Set cos_cache/sin_cache.requires_grad to train them: they
-    get the true gradient (each token's, added into the row it read). inplace=True writes q and k themselves
-    (contiguous, apart) and returns them, as InplacePartialRotaryMul writes x. Use `from_config` for a model.
+    `rope(q, k, positions)` -> (q_rot, k_rot); `rope(q, None, positions)` -> q_rot; `rope.inverse(...)` the
+    same with R^T (undoes the rotation where cos/sin carry no attention factor; DeepSeek-V4 de-rotates its
+    attention output so). q [B, S, Nq, D] and k [B, S, Nk, D] (their own head counts: GQA, MQA; layout "SBND":
+    [S, B, N, D], "BNSD": [B, N, S, D]) of one float dtype, D = head_dim; positions integer (a tensor, array or
+    list) [S] or [B, S], each in [0, cache_positions). M-RoPE (an mrope_section of three frequency counts;
+    mrope_interleaved for Qwen3-VL): positions [3, S] or [3, B, S] (time, height, width), each lane's cos/sin read
+    at its channel's position; quarter mode (rotary_mode 2, ChatGLM-6B): positions [S, 2] or [B, S, 2] (token,
+    block). The cache holds cos/sin computed in float64 and stored in cache_dtype: fp32 by default; a bf16 cache
+    rounds cos/sin to 8 bits, whose angle error grows with the position. Set cos_cache/sin_cache.requires_grad
+    to train them: they get the true gradient (each token's, added into the row it read). inplace=True writes q
+    and k themselves (contiguous, apart) and returns them, as InplacePartialRotaryMul writes x.
+
+    grow_cache=True: a call from Python with a position past the cache first rebuilds it to cover it (at least
+    doubling; `extend_cache(n)` by hand). A compiled network keeps the cache it was compiled with and refuses a
+    position past it by name. rope types "dynamic" and "longrope" have no cache: each call's rows are computed
+    from its length (ms_rotary.length_rope), any position >= 0.
     """
 
     def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
                  max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
-                 layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False):
+                 layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False):
         super().__init__()
         mode = normalize_mode(rotary_mode)
         start, end = _rotated_lanes(head_dim, partial_slice)
@@ -128,9 +135,12 @@ class RotaryEmbedding(nn.Cell):
             self.cos_cache = self.sin_cache = None
         else:
             self.rows = None
-            self.cos_cache, self.sin_cache = cache_parameters(int(positions), end - start, mode, rope_theta,
-                                                              rope_scaling, max_position_embeddings, dtype,
+            self._cache_values = (end - start, mode, rope_theta, rope_scaling, max_position_embeddings, dtype)
+            self.cos_cache, self.sin_cache = cache_parameters(int(positions), *self._cache_values,
                                                               head_dim=int(head_dim))
+        if grow_cache and length_dependent:
+            raise refuse_length_dependent_with(rope_type_of(rope_scaling), "it has no cache to grow")
+        self.grow_cache = bool(grow_cache)
         self.head_dim, self.partial_slice, self.rotary_mode, self.layout = int(head_dim), (start, end), mode, layout
         self.channels, self.inplace = channels, bool(inplace)
         cache = CacheRead(int(head_dim), layout, lane_channels, channels, False,
@@ -160,7 +170,31 @@ class RotaryEmbedding(nn.Cell):
         array or list of positions stays on the host."""
         if positions is None:
             raise TypeError(f"{LAYER} takes (q, k, positions): positions are required")
-        return self._rotate(q, k, kernel_positions(positions, self.channels))
+        positions = kernel_positions(positions, self.channels)
+        if self.grow_cache and positions.size:
+            high = int((positions if isinstance(positions, np.ndarray) else positions.asnumpy()).max())
+            if high >= self.cos_cache.shape[1]:
+                self.extend_cache(max(2 * self.cos_cache.shape[1], high + 1))
+        return self._rotate(q, k, positions)
+
+    def extend_cache(self, cache_positions):
+        """Rebuilds the caches to cover [0, cache_positions), in place of the layer's (the rows it had come out
+        bit for bit the same). A network compiled before keeps the cache it was compiled with: it refuses a
+        position past that by name."""
+        rows = self.cos_cache.shape[1] if self.cos_cache is not None else None
+        if rows is None:
+            raise refuse_length_dependent_with(self.rows.rope_type, "it has no cache to extend")
+        if not _is_integer(cache_positions) or cache_positions < rows:
+            raise ValueError(f"{LAYER}: extend_cache(cache_positions={cache_positions!r}) must be an integer of at "
+                             f"least the cache's {rows} positions")
+        if self.cos_cache.requires_grad or self.sin_cache.requires_grad:
+            raise ValueError(f"{LAYER}: a trainable cache keeps its {rows} positions (an optimizer holds state of "
+                             f"its shape); build the layer with the cache_positions it will train on")
+        if cache_positions == rows:
+            return
+        cos, sin = cache_parameters(int(cache_positions), *self._cache_values, head_dim=self.head_dim)
+        self.cos_cache.set_data(cos)
+        self.sin_cache.set_data(sin)
 
     def construct(self, q, k, positions):
         """Traced, inside a compiled network: positions given as a list or array become a constant tensor."""

@@ -41,8 +41,8 @@ class LengthDependentRows(nn.Cell):
 
     def __init__(self, rotary_dim, rotary_mode, rope_theta, rope_scaling, max_position_embeddings, dtype):
         super().__init__()
-        rope_type, params = resolve_rope_scaling(rope_scaling, max_position_embeddings)
-        self.dynamic = rope_type == "dynamic"
+        self.rope_type, params = resolve_rope_scaling(rope_scaling, max_position_embeddings)
+        self.dynamic = self.rope_type == "dynamic"
         self.dtype = dtype
         plain, attention = inverse_frequencies(rotary_dim, rope_theta, rope_scaling, max_position_embeddings, 0)
         self.plain = ms.Tensor(_on_lanes(plain, rotary_mode, rotary_dim))

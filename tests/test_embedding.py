@@ -465,3 +465,24 @@ def test_inplace_on_a_contiguous_view_writes_only_its_part_of_the_base(backend):
     _layer(0, backend=backend, inplace=True)(view, None, np.arange(S))
     np.testing.assert_array_equal(base.asnumpy()[0], before[0])
     np.testing.assert_array_equal(base.asnumpy()[1:2], expected)
+
+
+def test_a_growing_cache_serves_positions_past_its_end_eagerly_and_keeps_its_rows():
+    """grow_cache=True: a call past the cache rebuilds it (at least doubling) before it rotates, in PyNative
+    and from a top-level GRAPH_MODE call; the rows it had stay bit for bit; extend_cache does it by hand."""
+    rng = np.random.default_rng(4)
+    q, _ = random_tensor(rng, (1, 2, NQ, D), "float32")
+    layer, whole = _layer(0, grow_cache=True), RotaryEmbedding(D, SLICE, 0, rope_theta=500.0, cache_positions=1000)
+    before = raw_bits(layer.cos_cache).copy()
+    for exec_mode, positions, rows in (("pynative", [[1, 100]], 128), ("GRAPH_MODE", [[1, 300]], 301)):
+        got = _run(exec_mode, layer, q, None, ms.Tensor(positions))
+        assert layer.cos_cache.shape == (1, rows, 1, 32)
+        np.testing.assert_array_equal(raw_bits(got), raw_bits(whole(q, None, np.array(positions))))
+    np.testing.assert_array_equal(raw_bits(layer.cos_cache)[:, :CACHE], before)
+    layer.extend_cache(1000)
+    np.testing.assert_array_equal(raw_bits(layer.sin_cache), raw_bits(whole.sin_cache))
+    with pytest.raises(ValueError, match=r"extend_cache\(cache_positions=10\) must be an integer of at least"):
+        layer.extend_cache(10)
+    layer.cos_cache.requires_grad = True
+    with pytest.raises(ValueError, match="a trainable cache keeps its 1000 positions"):
+        layer.extend_cache(2000)
