@@ -18,7 +18,7 @@ import mindspore as ms
 
 from .constraints import normalize_mode
 from .families import TRANSFORMERS_FAMILIES
-from .rope_scaling import COUNT, FRACTION, POSITIVE, check_value, rope_type_of
+from .rope_scaling import COUNT, FRACTION, POSITIVE, WHOLE_HEAD_TYPES, check_value, rope_type_of
 from .tables import rope_cos_sin
 
 _PREFIX = "ms_rotary.RopeConfig"
@@ -35,7 +35,10 @@ FAMILY_MODES = {
     **dict.fromkeys(("glm", "glm4", "chatglm", "gptj"), "interleave"),  # pairs (rotate_every_two)
     "deepseek_v2": "interleave",  # complex pairs on the tail [nope | rope] of each head
     "deepseek_v3": "interleave-half",  # rope_interleave (default): pairs in, halves out; else "half"
+    "deepseek_v4": "interleave",  # pairs on the tail of each head, rope parameters by kind ("main", "compress")
 }
+# Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
+_TAIL_FAMILIES = ("deepseek_v4",)
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 # The rope parameters a family's transformers config class gives a config.json that has none of the rope keys.
 FAMILY_ROPE_DEFAULTS = {model_type: parameters for model_type, (_, parameters) in TRANSFORMERS_FAMILIES.items()
@@ -92,9 +95,10 @@ class RopeConfig:
         parameters = _rope_parameters(fields, model_type, layer_type)
         section, interleaved = _mrope(fields, model_type, parameters)
         mode = _mode(fields, model_type, rotary_mode)
-        head_dim, partial_slice = _geometry(fields, model_type, parameters)
+        head_dim, partial_slice = _geometry(fields, model_type, parameters, layer_type)
+        whole_head = rope_type_of(parameters) in WHOLE_HEAD_TYPES  # its partial factor is the rope type's
         scaling = {key: value for key, value in parameters.items()
-                   if key not in ("partial_rotary_factor",) + _MROPE_KEYS}
+                   if key not in _MROPE_KEYS + (() if whole_head else ("partial_rotary_factor",))}
         if scaling.get("type") == "mrope" or scaling.get("rope_type") == "mrope":  # transformers 4's marker
             scaling.pop("type", None)
             scaling["rope_type"] = "default"
@@ -226,12 +230,15 @@ def _int(fields, key):
     return int(value)
 
 
-def _geometry(fields, model_type, parameters):
+def _geometry(fields, model_type, parameters, layer_type):
     """(head_dim, partial_slice) of the q/k heads the op rotates."""
     if model_type in _DEEPSEEK:  # each head is [nope | rope]; the rope part rotates
         nope, rope = _int(fields, "qk_nope_head_dim"), _int(fields, "qk_rope_head_dim")
         return nope + rope, (nope, nope + rope)
-    if fields.get("head_dim") is not None:
+    layer_head_dim = _layer_head_dim(fields, layer_type)
+    if layer_head_dim is not None:
+        head_dim = layer_head_dim
+    elif fields.get("head_dim") is not None:
         head_dim = _int(fields, "head_dim")
     elif fields.get("kv_channels") is not None:  # ChatGLM
         head_dim = _int(fields, "kv_channels")
@@ -246,7 +253,9 @@ def _geometry(fields, model_type, parameters):
                              f"heads leaves no head width")
     if model_type == "chatglm":  # ChatGLM2/3 rotate the first half of each head
         return head_dim, (0, head_dim // 2)
-    if fields.get("rotary_dim") is not None:  # GPT-J, CodeGen
+    if rope_type_of(parameters) in WHOLE_HEAD_TYPES:
+        rotary_dim = head_dim
+    elif fields.get("rotary_dim") is not None:  # GPT-J, CodeGen
         rotary_dim = _int(fields, "rotary_dim")
     else:
         factor = _first(parameters, "partial_rotary_factor") or _first(fields, "partial_rotary_factor", "rotary_pct")
@@ -255,7 +264,26 @@ def _geometry(fields, model_type, parameters):
         rotary_dim = int(head_dim * factor)
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ValueError(f"{_PREFIX}: the rotary width {rotary_dim} must be even and at most head_dim={head_dim}")
-    return head_dim, (0, rotary_dim)
+    return head_dim, (head_dim - rotary_dim, head_dim) if model_type in _TAIL_FAMILIES else (0, rotary_dim)
+
+
+def _layer_head_dim(fields, layer_type):
+    """The head width of `layer_type`'s layers where it is their own (Gemma-4's global layers: global_head_dim
+    in config.json, per_layer_config in the config object transformers builds), else None."""
+    if layer_type is None:
+        return None
+    if layer_type == "full_attention" and fields.get("global_head_dim") is not None:
+        return _int(fields, "global_head_dim")
+    overrides, types = fields.get("per_layer_config") or {}, fields.get("layer_types") or []
+    widths = set()
+    for index, kind in enumerate(types):
+        entry = next((overrides[key] for key in (index, str(index), f"{index:02d}") if key in overrides), {})
+        if kind == layer_type:
+            widths.add(entry.get("head_dim"))
+    if len(widths) > 1:
+        raise ValueError(f"{_PREFIX}: the {layer_type!r} layers of this config differ in head_dim "
+                         f"({sorted(widths, key=str)}); pass each layer's config")
+    return widths.pop() if widths and None not in widths else None
 
 
 def _theta(fields, model_type):

@@ -1,6 +1,7 @@
 """Inverse frequencies and attention scaling of RoPE variants, in float64, from a config's `rope_scaling` /
 `rope_parameters` dict. Keys, defaults and formulas follow Hugging Face transformers 5's
-`modeling_rope_utils` (rope types default, linear, dynamic, yarn, llama3, longrope), reimplemented in numpy."""
+`modeling_rope_utils` (rope types default, linear, dynamic, yarn, llama3, longrope, proportional), reimplemented
+in numpy."""
 import math
 import numbers
 
@@ -17,7 +18,12 @@ ROPE_TYPES = {
              ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate")),
     "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"), ()),
     "longrope": (("short_factor", "long_factor", "original_max_position_embeddings"), ("factor", "attention_factor")),
+    # Gemma-4's global layers: the whole head rotates, partial_rotary_factor of its pairs with theta ** (-2i / D),
+    # the other pairs with frequency 0 (unrotated)
+    "proportional": ((), ("factor",)),
 }
+# Rope types whose partial_rotary_factor picks the turning pairs, not the rotated width.
+WHOLE_HEAD_TYPES = ("proportional",)
 _COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 
 
@@ -200,6 +206,11 @@ def inverse_frequencies(dim, rope_theta, rope_scaling, max_position_embeddings, 
         return _base_inv_freq(dim, base), 1.0
     if rope_type == "yarn":
         return _yarn(dim, base, params)
+    if rope_type == "proportional":
+        turning = int(params.get("partial_rotary_factor", 1.0) * dim // 2)
+        inv_freq = np.zeros(dim // 2)
+        inv_freq[:turning] = 1.0 / base ** (np.arange(0, 2 * turning, 2, dtype=np.float64) / dim)
+        return inv_freq / params.get("factor", 1.0), 1.0
     if rope_type == "llama3":
         return _llama3(dim, base, params)
     return _longrope(dim, base, params, seq_len, max_position_embeddings)

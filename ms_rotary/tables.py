@@ -10,7 +10,7 @@ from mindspore.common.initializer import Zero, initializer
 from .constraints import FLOAT_DTYPES, normalize_mode
 from .modes import lane_pairs
 from .numpy_kernel import from_float32
-from .rope_scaling import FRACTION, check_value, inverse_frequencies
+from .rope_scaling import FRACTION, WHOLE_HEAD_TYPES, check_value, inverse_frequencies, rope_type_of
 
 _PREFIX = "ms_rotary.rope_cos_sin"
 
@@ -63,8 +63,8 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
         i < 3 * section[1], width if i % 3 == 2 and i < 3 * section[2], else time.
     rope_theta, rope_scaling, max_position_embeddings: as in a Hugging Face config (`rope_scaling` or transformers
         5's `rope_parameters`, whose rope_theta wins when present); rope_type default, linear, dynamic, yarn,
-        llama3 or longrope, with transformers 5's keys and defaults. The attention factor (yarn, longrope) scales
-        cos and sin, as transformers does.
+        llama3, longrope or proportional, with transformers 5's keys and defaults. The attention factor (yarn,
+        longrope) scales cos and sin, as transformers does.
     seq_len: the sequence length dynamic and longrope scale for; default: largest position + 1.
     dtype: of the returned tensors (frequencies and angles are float64, rounded once; bf16 via fp32).
 
@@ -185,7 +185,7 @@ def check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim):
     """A partial_rotary_factor other than 1 says only part of each head rotates: rotary_dim must be that part,
     so it is checked against head_dim rather than ignored (the whole head would rotate)."""
     factor = rope_scaling.get("partial_rotary_factor") if isinstance(rope_scaling, dict) else None
-    if factor is None:
+    if factor is None or rope_type_of(rope_scaling) in WHOLE_HEAD_TYPES:  # there it picks turning pairs
         return
     factor = check_value("rope_scaling['partial_rotary_factor']", factor, FRACTION)
     if factor == 1.0:

@@ -2,6 +2,7 @@
 config keys transformers reads for RoPE read where it reads them. The comparisons with transformers run where it
 is installed (`pip install torch==2.13.0 transformers==5.25.0`) and are skipped elsewhere, CI included."""
 
+import mindspore as ms
 import numpy as np
 import pytest
 
@@ -12,30 +13,27 @@ from tools import rope_families
 
 # transformers 5.25 model types with a rotary class and apply_rotary_pos_emb that the table does not hold:
 # vision/audio encoders and tokenizers (not a text decoder's q/k), families whose defaults ms_rotary does not
-# read yet (axial, proportional, Llama-4 scaling, DeepSeek-V4, M-RoPE variants of GLM-4V/ERNIE-VL/Cosmos,
-# odd partial widths) and modules whose default config transformers itself cannot rotate. A model type in
+# read yet (axial, Llama-4 scaling, NanoChat's transposed rotation, M-RoPE variants of GLM-4V/Cosmos, odd
+# partial widths) and modules whose default config transformers itself cannot rotate. A model type in
 # neither list fails test_every_transformers_rotary_family_is_known: decide which it is.
 NOT_IN_THE_TABLE = frozenset((
     'apertus1p5_vision_tokenizer', 'beam', 'blt', 'chameleon_vqgan', 'codegen', 'cohere_compass',
     'cohere_compass_text', 'cohere_compass_vision', 'cosmos3_edge', 'cosmos3_edge_text', 'cosmos3_edge_vision',
-    'dbrx', 'deepseek_ocr2_sam_vision_model', 'deepseek_ocr2_vision', 'deepseek_v4', 'diffusion_gemma',
-    'diffusion_gemma_text', 'dots3_note_audio_encoder', 'dots3_note_vision_encoder', 'efficientloftr',
-    'embedding_gemma2', 'embedding_gemma2_text', 'emu3_vqgan', 'eomt_dinov3', 'ergo', 'ernie4_5_vl_moe_vision',
-    'esmfold2', 'gemma3n', 'gemma3n_audio', 'gemma3n_text', 'gemma3n_vision', 'gemma4', 'gemma4_audio',
-    'gemma4_text', 'gemma4_unified', 'gemma4_unified_audio', 'gemma4_unified_text', 'gemma4_unified_vision',
+    'dbrx', 'deepseek_ocr2_sam_vision_model', 'deepseek_ocr2_vision', 'dots3_note_audio_encoder',
+    'dots3_note_vision_encoder', 'efficientloftr', 'emu3_vqgan', 'eomt_dinov3', 'ergo', 'ernie4_5_vl_moe_vision',
+    'esmfold2', 'gemma3n_audio', 'gemma3n_vision', 'gemma4_audio', 'gemma4_unified_audio', 'gemma4_unified_vision',
     'gemma4_vision', 'glm4_moe', 'glm4_moe_lite', 'glm4v', 'glm4v_moe', 'glm4v_moe_text', 'glm4v_moe_vision',
     'glm4v_text', 'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
     'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
-    'idefics_perciever', 'idefics_vision', 'laguna', 'lasr_ctc', 'lfm3', 'mellum', 'minimax_m3_vl',
-    'minimax_m3_vl_text', 'minimax_m3_vl_vision', 'ministral3', 'mistral4', 'mllama_vision_model',
-    'molmo2_adapter', 'molmo2_vision', 'moonshine', 'moonshine_streaming_encoder', 'moshi_depth',
-    'muse_glimmer_vision', 'muse_spark_audio', 'muse_spark_vision', 'nanochat', 'nemo_speechlm',
-    'nemotron3_5_transcribe_audio', 'nemotron3_diarization', 'paddleocr_vl_vision', 'pe_video', 'persimmon',
-    'phi4_multimodal_audio', 'phi4_multimodal_vision', 'pi05', 'qwen2_5_omni_audio_encoder',
-    'qwen2_5_omni_bigvgan', 'qwen2_5_omni_token2wav', 'qwen2_5_omni_vision_encoder', 'qwen2_5_vl_vision',
-    'qwen2_vl_vision', 'qwen3_5_moe_vision', 'qwen3_5_vision', 'qwen3_omni_moe', 'qwen3_omni_moe_audio_encoder',
-    'qwen3_omni_moe_text', 'qwen3_omni_moe_thinker', 'qwen3_omni_moe_vision_encoder', 'qwen3_vl_moe_vision',
-    'qwen3_vl_vision', 'qwen4_exp_vision', 'step3p5_vision', 'unlimited_ocr_sam_vision_model',
+    'idefics_perciever', 'idefics_vision', 'laguna', 'lasr_ctc', 'mellum', 'minimax_m3_vl', 'minimax_m3_vl_text',
+    'minimax_m3_vl_vision', 'ministral3', 'mistral4', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',
+    'moonshine', 'moonshine_streaming_encoder', 'moshi_depth', 'muse_glimmer_vision', 'muse_spark_audio',
+    'muse_spark_vision', 'nanochat', 'nemo_speechlm', 'nemotron3_5_transcribe_audio', 'nemotron3_diarization',
+    'paddleocr_vl_vision', 'pe_video', 'phi4_multimodal_audio', 'phi4_multimodal_vision', 'pi05',
+    'qwen2_5_omni_audio_encoder', 'qwen2_5_omni_bigvgan', 'qwen2_5_omni_token2wav', 'qwen2_5_omni_vision_encoder',
+    'qwen2_5_vl_vision', 'qwen2_vl_vision', 'qwen3_5_moe_vision', 'qwen3_5_vision', 'qwen3_omni_moe',
+    'qwen3_omni_moe_audio_encoder', 'qwen3_omni_moe_text', 'qwen3_omni_moe_thinker', 'qwen3_omni_moe_vision_encoder',
+    'qwen3_vl_moe_vision', 'qwen3_vl_vision', 'qwen4_exp_vision', 'step3p5_vision', 'unlimited_ocr_sam_vision_model',
     'unlimited_ocr_vision', 'unlimited_ocr_vision_encoder', 'zamba2', 'zaya'
 ))
 
@@ -90,6 +88,51 @@ GEMMA3 = {"model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads
           "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "num_hidden_layers": 6}
 GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "head_dim": 64,
            "max_position_embeddings": 131072}
+
+
+GEMMA4 = {"model_type": "gemma4_text", "hidden_size": 1536, "num_attention_heads": 8, "num_key_value_heads": 1,
+          "head_dim": 256, "global_head_dim": 512, "max_position_embeddings": 131072, "num_hidden_layers": 6,
+          "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+          "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                 "rope_theta": 1000000.0}}}
+
+
+def test_gemma4_global_layers_rotate_the_whole_wider_head_with_a_quarter_of_its_pairs_turning():
+    """Gemma-4's config.json: its global layers' heads are global_head_dim wide, rope_type proportional: the
+    whole head rotates (half layout), pair i < D/8 by theta ** (-2i / D), the rest by angle 0."""
+    full = RopeConfig.from_config(GEMMA4, layer_type="full_attention")
+    sliding = RopeConfig.from_config(GEMMA4, layer_type="sliding_attention")
+    assert (full.head_dim, full.partial_slice, sliding.head_dim, sliding.partial_slice) == (512, (0, 512), 256,
+                                                                                            (0, 256))
+    positions = np.array([0, 3, 3000])
+    cos, sin = (t.asnumpy()[0, :, 0].astype(np.float64) for t in full.cos_sin(positions))
+    turning = np.arange(64)
+    angles = positions[:, None] * 1e6 ** (-2.0 * turning / 512)
+    for got, fn, still in ((cos, np.cos, 1.0), (sin, np.sin, 0.0)):
+        np.testing.assert_allclose(got[:, :64], fn(angles), atol=2e-6)
+        np.testing.assert_allclose(got[:, 256:320], fn(angles), atol=2e-6)
+        np.testing.assert_array_equal(got[:, 64:256], still)
+        np.testing.assert_array_equal(got[:, 320:], still)
+
+
+def test_gemma4_and_deepseek_v4_layers_match_transformers_with_deepseek_v4s_de_rotation(transformers):
+    """The layer from the config object transformers builds: Gemma-4's global layer (proportional, 512-wide
+    heads) and DeepSeek-V4's (pairs on the tail, rope parameters "main"); DeepSeek-V4 de-rotates its attention
+    output with cos, -sin: the layer's `inverse`."""
+    import torch
+
+    from ms_rotary import RotaryEmbedding
+    positions = np.array([0, 1, 17, 3100])
+    for model_type, layer_type in (("gemma4_text", "full_attention"), ("deepseek_v4", "main")):
+        config, rotary_class, apply = rope_families.rotary_module(model_type)
+        layer = RotaryEmbedding.from_config(config, cache_positions=4096, layer_type=layer_type)
+        q = np.random.default_rng(1).uniform(-1, 1, (1, len(positions), 2, layer.head_dim)).astype(np.float32)
+        cos, sin = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]), layer_type=layer_type)
+        got, back = layer(ms.Tensor(q), None, positions), layer.inverse(ms.Tensor(q), None, positions)
+        for result, sign in ((got, 1), (back, -1)):
+            expected = rope_families._applied(apply, q, cos, sign * sin)
+            np.testing.assert_allclose(result.asnumpy(), expected, atol=5e-4, rtol=0, err_msg=model_type)
 
 
 def test_top_level_original_length_local_theta_and_family_defaults_are_read():

@@ -66,6 +66,9 @@ def inv_freq_reference(dim, base, scaling=None, max_pos=None, seq_len=None):
             extrapolation = 1 - ramp
             out.append(f / factor * (1 - extrapolation) + f * extrapolation)
         return out, attention
+    if kind == "proportional":  # the whole head rotates; pairs past partial_rotary_factor of them do not turn
+        turning = int(scaling["partial_rotary_factor"] * dim // 2)
+        return [f / scaling.get("factor", 1.0) if i < turning else 0.0 for i, f in enumerate(plain)], 1.0
     if kind == "longrope":
         factor = scaling.get("factor") or max_pos / scaling["original_max_position_embeddings"]
         old = scaling["original_max_position_embeddings"]
@@ -89,6 +92,7 @@ CONFIGS = {  # name: (rotary_dim, rope_theta, rope_scaling, max_position_embeddi
     "longrope phi3": (16, 10000.0, {"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 4.0, 5.0],
                                     "long_factor": [1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0],
                                     "original_max_position_embeddings": 4096}, 131072),
+    "proportional gemma4": (64, 1e6, {"rope_type": "proportional", "partial_rotary_factor": 0.25}, None),
 }
 
 

@@ -70,11 +70,35 @@ def compare(model_type, mode, layer_type=None):
     try:
         by_type = {} if layer_type is None else {"layer_type": layer_type}
         cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]), **by_type)
-        q_hf = torch.tensor(q).transpose(1, 2)
-        expected = apply(q_hf, q_hf, cos_hf, sin_hf)[0].transpose(1, 2).numpy()
+    except Exception as error:  # noqa: BLE001
+        return f"transformers: {type(error).__name__}: {error}"
+    start, end = rope.partial_slice
+    try:
+        expected = _applied(apply, q, cos_hf, sin_hf)
+    except RuntimeError as error:  # a family whose attention hands apply only the rotated lanes (Persimmon)
+        if (start, end) == (0, rope.head_dim):
+            return f"transformers: {type(error).__name__}: {error}"
+        try:
+            part = _applied(apply, q[..., start:end], cos_hf, sin_hf)
+        except Exception as error:  # noqa: BLE001
+            return f"transformers: {type(error).__name__}: {error}"
+        expected = np.concatenate([q[..., :start], part, q[..., end:]], -1)
     except Exception as error:  # noqa: BLE001
         return f"transformers: {type(error).__name__}: {error}"
     return float(np.abs(got - expected).max())
+
+
+def _applied(apply, q, cos, sin):
+    """transformers' apply function on q [B, S, N, D] (its heads second), its arguments by name: (q, k, cos,
+    sin), (x, cos, sin) or CodeGen's (tensor, sin, cos)."""
+    import torch
+    q_hf = torch.tensor(q).transpose(1, 2)
+    names = list(inspect.signature(apply).parameters)
+    if names[0] == "args":  # a wrapper that hides the names: transformers' usual order
+        out = apply(q_hf, q_hf, cos, sin)
+    else:
+        out = apply(**{"cos": cos, "sin": sin, names[0]: q_hf, **({"k": q_hf} if names[1] == "k" else {})})
+    return (out[0] if isinstance(out, tuple) else out).transpose(1, 2).numpy()
 
 
 def default_rope_parameters(model_type):
@@ -84,12 +108,18 @@ def default_rope_parameters(model_type):
     return {**extra, **parameters}
 
 
+# Families whose attention does not call the module's apply_rotary_pos_emb as compared here (rope_config's
+# hand-checked entries hold them).
+APPLIED_ELSEWHERE = {
+    "deepseek_v3": "its attention calls apply_rotary_pos_emb_interleave (rope_interleave, the default)"}
+
+
 def discover():
     """{model_type: (layout, default rope parameters)} of the families that match to 5e-4."""
     from transformers import CONFIG_MAPPING
     found = {}
     for model_type in sorted(CONFIG_MAPPING.keys()):
-        if rotary_module(model_type) is None:
+        if model_type in APPLIED_ELSEWHERE or rotary_module(model_type) is None:
             continue
         for mode in MODES:
             errors = [compare(model_type, mode, layer_type) for layer_type in layer_types(model_type)]
