@@ -92,7 +92,7 @@ CONFIGS = {  # name: (rotary_dim, rope_theta, rope_scaling, max_position_embeddi
     "longrope phi3": (16, 10000.0, {"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 4.0, 5.0],
                                     "long_factor": [1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0],
                                     "original_max_position_embeddings": 4096}, 131072),
-    "proportional gemma4": (64, 1e6, {"rope_type": "proportional", "partial_rotary_factor": 0.25}, None),
+    "proportional gemma4": (64, 1e6, {"rope_type": "proportional", "partial_rotary_factor": 0.25}, 131072),
 }
 
 
