@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn
+from mindspore import nn, ops
 
 from .call import LAYOUT_AXES, CacheRead, RotaryCall
 from .constraints import FLOAT_DTYPES, LAYER, MAX_HEAD_DIM, kernel_positions, normalize_mode
@@ -20,7 +20,7 @@ from .functions import rotary
 from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
 from .modes import lane_pairs
 from .rope_config import RopeConfig
-from .rope_scaling import rope_type_of
+from .rope_scaling import NON_NEGATIVE, check_value, resolve_rope_scaling, rope_type_of
 from .tables import cache_parameters, check_partial_rotary_factor, mrope_channels
 
 _CACHE_DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
@@ -67,10 +67,29 @@ def _cache_dtype(cache_dtype):
                     f"names)")
 
 
+class QueryScale(nn.Cell):
+    """Llama-4's attention temperature, which transformers multiplies into q after the rotation (Ministral-3,
+    Mistral-4): 1 + beta * log(1 + floor(position / original)) per token, in float32 as transformers computes
+    it, cast to q's dtype and shaped to broadcast over q in the layer's layout."""
+
+    def __init__(self, beta, original, layout):
+        super().__init__()
+        self.beta, self.original, self.layout = float(beta), float(original), layout
+
+    def construct(self, positions, dtype):
+        scale = 1 + self.beta * ops.log(1 + ops.floor(positions.astype(ms.float32) / self.original))
+        scale = scale.reshape(1, -1) if scale.ndim == 1 else scale  # [1|B, S]
+        if self.layout == "SBND":
+            scale = scale.transpose(1, 0)
+        scale = scale.reshape(scale.shape[0], 1, scale.shape[1], 1) if self.layout == "BNSD" else \
+            scale.reshape(scale.shape[0], scale.shape[1], 1, 1)
+        return scale.astype(dtype)
+
+
 class RotaryEmbedding(nn.Cell):
     """RotaryEmbedding(head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
     max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None, layout="BSND",
-    mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False)
+    mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False, llama_4_scaling_beta=None)
 
     One of cache_positions and max_position_embeddings is required: the cache covers positions
     [0, cache_positions), cache_positions defaulting to max_position_embeddings. partial_slice: the rotated lanes
@@ -91,12 +110,14 @@ class RotaryEmbedding(nn.Cell):
     grow_cache=True: a call from Python with a position past the cache first rebuilds it to cover it (at least
     doubling; `extend_cache(n)` by hand). A compiled network keeps the cache it was compiled with and refuses a
     position past it by name. rope types "dynamic" and "longrope" have no cache: each call's rows are computed
-    from its length (ms_rotary.length_rope), any position >= 0.
+    from its length (ms_rotary.length_rope), any position >= 0. llama_4_scaling_beta (Ministral-3, Mistral-4):
+    q_rot is multiplied by Llama-4's attention temperature at its position (RopeConfig.query_scale).
     """
 
     def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
                  max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
-                 layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False):
+                 layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False,
+                 llama_4_scaling_beta=None):
         super().__init__()
         mode = normalize_mode(rotary_mode)
         start, end = _rotated_lanes(head_dim, partial_slice)
@@ -138,6 +159,18 @@ class RotaryEmbedding(nn.Cell):
             self._cache_values = (end - start, mode, rope_theta, rope_scaling, max_position_embeddings, dtype)
             self.cos_cache, self.sin_cache = cache_parameters(int(positions), *self._cache_values,
                                                               head_dim=int(head_dim))
+        self.query_scale = None
+        if llama_4_scaling_beta is not None:
+            if channels > 1 or inplace:
+                raise ValueError(f"{LAYER}: llama_4_scaling_beta scales q by its token's position after the rotation: "
+                                 f"one position a token, out of place (not inplace, quarter mode or M-RoPE)")
+            original = resolve_rope_scaling(rope_scaling, max_position_embeddings)[1].get(
+                "original_max_position_embeddings")
+            if original is None:
+                raise ValueError(f"{LAYER}: llama_4_scaling_beta needs original_max_position_embeddings in "
+                                 f"rope_scaling (it divides the positions)")
+            self.query_scale = QueryScale(check_value("llama_4_scaling_beta", llama_4_scaling_beta, NON_NEGATIVE),
+                                          original, layout)
         if grow_cache and length_dependent:
             raise refuse_length_dependent_with(rope_type_of(rope_scaling), "it has no cache to grow")
         self.grow_cache = bool(grow_cache)
@@ -163,7 +196,7 @@ class RotaryEmbedding(nn.Cell):
         rope = RopeConfig.from_config(config, rotary_mode, layer_type)
         return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
                    rope.max_position_embeddings, cache_positions, cache_dtype, backend, layout, rope.mrope_section,
-                   rope.mrope_interleaved, inplace)
+                   rope.mrope_interleaved, inplace, llama_4_scaling_beta=rope.llama_4_scaling_beta)
 
     def __call__(self, q, k=None, positions=None):
         """From Python (PyNative, or a top-level call in GRAPH_MODE): the rotation's own call routes it; a numpy
@@ -213,12 +246,20 @@ class RotaryEmbedding(nn.Cell):
         return ms.Tensor(positions) if isinstance(positions, np.ndarray) else positions
 
     def _rotate(self, q, k, positions, inverse=False):
-        cos, sin = self.cos_cache, self.sin_cache
+        cos, sin, given = self.cos_cache, self.sin_cache, positions
         if self.rows is not None:  # this call's own rows (length_rope), read at 0..n-1
             cos, sin, positions = self.rows(positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
         if k is None:
-            return (self.inverse_q if inverse else self.rotate_q)(q, cos, sin, positions)
-        return (self.inverse_qk if inverse else self.rotate_qk)(q, k, cos, sin, positions)
+            return self._scaled_q((self.inverse_q if inverse else self.rotate_q)(q, cos, sin, positions), given,
+                                  inverse)
+        q_out, k_out = (self.inverse_qk if inverse else self.rotate_qk)(q, k, cos, sin, positions)
+        return self._scaled_q(q_out, given, inverse), k_out
+
+    def _scaled_q(self, q_out, positions, inverse):
+        if self.query_scale is None or inverse:
+            return q_out
+        positions = positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions)
+        return q_out * self.query_scale(positions, q_out.dtype)
 
     def extend_repr(self):
         rows = "rows per call" if self.rows is not None else f"cache_positions={self.cos_cache.shape[1]}"

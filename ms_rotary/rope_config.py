@@ -15,10 +15,11 @@ import numbers
 from typing import Optional, Tuple
 
 import mindspore as ms
+import numpy as np
 
 from .constraints import normalize_mode
 from .families import TRANSFORMERS_FAMILIES
-from .rope_scaling import COUNT, FRACTION, POSITIVE, WHOLE_HEAD_TYPES, check_value, rope_type_of
+from .rope_scaling import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, WHOLE_HEAD_TYPES, check_value, rope_type_of
 from .tables import rope_cos_sin
 
 _PREFIX = "ms_rotary.RopeConfig"
@@ -72,10 +73,23 @@ class RopeConfig:
     max_position_embeddings: Optional[int]
     mrope_section: Optional[Tuple[int, int, int]] = None  # M-RoPE: positions are [3, S] (time, height, width)
     mrope_interleaved: bool = False
+    # Llama-4's attention temperature (Ministral-3, Mistral-4): q after the rotation times query_scale(positions)
+    llama_4_scaling_beta: Optional[float] = None
 
     @property
     def rotary_dim(self):
         return self.partial_slice[1] - self.partial_slice[0]
+
+    def query_scale(self, positions):
+        """Llama-4's attention temperature, 1 + beta * log(1 + floor(position / original_max_position_embeddings))
+        per position (float32 numpy, positions' shape), which transformers multiplies into q after the rotation
+        (RotaryEmbedding does it itself); 1 everywhere without llama_4_scaling_beta."""
+        positions = np.asarray(positions.asnumpy() if isinstance(positions, ms.Tensor) else positions)
+        if self.llama_4_scaling_beta is None:
+            return np.ones(positions.shape, np.float32)
+        original = np.float32(self.rope_scaling["original_max_position_embeddings"])
+        steps = np.floor(positions.astype(np.float32) / original)
+        return (1 + np.float32(self.llama_4_scaling_beta) * np.log1p(steps)).astype(np.float32)
 
     def cos_sin(self, positions, dtype=ms.float32, seq_len=None):
         """cos, sin for `positions` (rope_cos_sin's forms), in this config's lane layout and scaling."""
@@ -104,6 +118,9 @@ class RopeConfig:
             scaling["rope_type"] = "default"
         theta = scaling.pop("rope_theta", None)
         theta = _theta(fields, model_type) if theta is None else theta
+        # Mistral's rope_parameters repeat max_position_embeddings, which transformers reads from the top level
+        scaling.pop("max_position_embeddings", None)
+        beta = scaling.pop("llama_4_scaling_beta", None)
         max_positions = _first(fields, "max_position_embeddings", "n_positions", "seq_length")
         if max_positions is not None:
             max_positions = int(check_value("max_position_embeddings", max_positions, COUNT))
@@ -113,10 +130,16 @@ class RopeConfig:
                 scaling["original_max_position_embeddings"] = original
             elif max_positions is not None:
                 scaling.setdefault("original_max_position_embeddings", max_positions)
+        if beta is not None:
+            beta = check_value("llama_4_scaling_beta", beta, NON_NEGATIVE)
+            if (scaling or {}).get("original_max_position_embeddings") is None:
+                raise ValueError(f"{_PREFIX}: llama_4_scaling_beta={beta} scales q by position over "
+                                 f"original_max_position_embeddings, which this config's rope_type "
+                                 f"{rope_type_of(scaling)!r} does not give")
         if rope_type_of(scaling) == "default" and len(scaling) <= 1:
             scaling = None
         return cls(model_type, head_dim, partial_slice, mode, check_value("rope_theta", theta, POSITIVE), scaling,
-                   max_positions, section, interleaved)
+                   max_positions, section, interleaved, beta)
 
 
 def _as_dict(config):

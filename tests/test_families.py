@@ -26,7 +26,7 @@ NOT_IN_THE_TABLE = frozenset((
     'glm4v_text', 'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
     'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
     'idefics_perciever', 'idefics_vision', 'laguna', 'lasr_ctc', 'mellum', 'minimax_m3_vl', 'minimax_m3_vl_text',
-    'minimax_m3_vl_vision', 'ministral3', 'mistral4', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',
+    'minimax_m3_vl_vision', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',
     'moonshine', 'moonshine_streaming_encoder', 'moshi_depth', 'muse_glimmer_vision', 'muse_spark_audio',
     'muse_spark_vision', 'nanochat', 'nemo_speechlm', 'nemotron3_5_transcribe_audio', 'nemotron3_diarization',
     'paddleocr_vl_vision', 'pe_video', 'phi4_multimodal_audio', 'phi4_multimodal_vision', 'pi05',
@@ -38,9 +38,12 @@ NOT_IN_THE_TABLE = frozenset((
 ))
 
 
-def test_docs_family_table_is_generated_from_the_table():
+def test_docs_and_readme_family_tables_are_generated_from_the_table():
     with open(rope_families.DOCS) as f:
         assert f.read() == rope_families.families_markdown(), "run python -m tools.rope_families"
+    with open(rope_families.README) as f:
+        readme = f.read()
+    assert readme == rope_families.with_readme_families(readme), "run python -m tools.rope_families"
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +187,58 @@ def test_per_layer_type_keys_it_does_not_read_are_refused():
                                 "local_rope_theta": 10000.0, "global_rope_theta": 160000.0})
     with pytest.raises(ValueError, match=r"layer_type='chunked' has no rope parameters here"):
         RopeConfig.from_config(GEMMA3, layer_type="chunked")
+
+
+MINISTRAL3 = {"model_type": "ministral3", "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "head_dim": 32, "max_position_embeddings": 256,
+              "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "beta_fast": 32.0,
+                                  "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                  "original_max_position_embeddings": 64, "max_position_embeddings": 256,
+                                  "llama_4_scaling_beta": 0.1}}
+
+
+@pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
+@pytest.mark.parametrize("layout", ["BSND", "SBND"])
+def test_llama_4_scaling_multiplies_q_after_the_rotation(layout, exec_mode):
+    """Ministral-3's config: q_rot times 1 + 0.1 * log(1 + floor(position / 64)), k as without it; the same
+    formula from RopeConfig.query_scale for tables."""
+    from ms_rotary import RotaryEmbedding
+    rope = RopeConfig.from_config(MINISTRAL3)
+    positions = np.array([0, 5, 63, 64, 200])
+    expected_scale = 1 + 0.1 * np.log(1 + np.floor(positions / 64))
+    np.testing.assert_allclose(rope.query_scale(positions), expected_scale, rtol=1e-6)
+    assert rope.query_scale(positions)[3] > 1.06
+    scaled = RotaryEmbedding.from_config(MINISTRAL3, layout=layout)
+    plain = RotaryEmbedding(rope.head_dim, list(rope.partial_slice), rope.rotary_mode, rope.rope_theta,
+                            rope.rope_scaling, rope.max_position_embeddings, layout=layout)
+    shape = (1, 5, 2, 32) if layout == "BSND" else (5, 1, 2, 32)
+    q, k = (ms.Tensor(np.random.default_rng(n).uniform(-1, 1, shape).astype(np.float32)) for n in (0, 1))
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    try:
+        q_rot, k_rot = scaled(q, k, ms.Tensor(positions))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    q_plain, k_plain = plain(q, k, positions)
+    broadcast = expected_scale[None, :, None, None] if layout == "BSND" else expected_scale[:, None, None, None]
+    np.testing.assert_allclose(q_rot.asnumpy(), q_plain.asnumpy() * broadcast, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(k_rot.asnumpy(), k_plain.asnumpy())
+
+
+def test_ministral3_attention_prologue_matches_transformers(transformers):
+    """transformers' Ministral-3 attention: apply_rotary_pos_emb, then q times get_llama_4_attn_scale."""
+    import importlib
+
+    import torch
+
+    from ms_rotary import RotaryEmbedding
+    module = importlib.import_module("transformers.models.ministral3.modeling_ministral3")
+    config = transformers.CONFIG_MAPPING["ministral3"](**{k: v for k, v in MINISTRAL3.items() if k != "model_type"})
+    positions = np.array([0, 5, 63, 64, 200])
+    q, k = (np.random.default_rng(n).uniform(-1, 1, (1, 5, 2, 32)).astype(np.float32) for n in (0, 1))
+    cos, sin = module.Ministral3RotaryEmbedding(config)(torch.zeros(1), torch.tensor(positions[None]))
+    q_hf, k_hf = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(k).transpose(1, 2), cos,
+                                             sin)
+    q_hf = q_hf * module.get_llama_4_attn_scale(torch.tensor(positions[None]), 0.1, 64)
+    q_rot, k_rot = RotaryEmbedding.from_config(config)(ms.Tensor(q), ms.Tensor(k), positions)
+    np.testing.assert_allclose(q_rot.asnumpy(), q_hf.transpose(1, 2).numpy(), atol=5e-6, rtol=0)
+    np.testing.assert_allclose(k_rot.asnumpy(), k_hf.transpose(1, 2).numpy(), atol=5e-6, rtol=0)

@@ -18,6 +18,14 @@ POSITIONS = np.array([0, 1, 5, 17, 300, 2047, 3500])
 MODES = ("half", "interleave")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT, DOCS = os.path.join(ROOT, "ms_rotary", "families.py"), os.path.join(ROOT, "docs", "families.md")
+README = os.path.join(ROOT, "README.md")
+README_BEGIN, README_END = "<!-- families: written by python -m tools.rope_families -->", "<!-- /families -->"
+# Families a README reader looks for first; the README table shows those the table holds, under their layout.
+WELL_KNOWN = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+              "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma2", "gemma3_text", "gemma3n_text", "gemma4_text", "phi3",
+              "phimoe", "gpt_neox", "olmo2", "olmo3", "granite", "smollm3", "exaone4", "gpt_oss", "ernie4_5",
+              "hunyuan_v1_dense", "seed_oss", "minicpm3", "glm", "glm4", "chatglm", "gptj", "cohere", "cohere2",
+              "deepseek_v2", "deepseek_v3", "deepseek_v4")
 
 
 def rotary_module(model_type):
@@ -149,7 +157,41 @@ def main():
     importlib.reload(ms_rotary.rope_config)
     with open(DOCS, "w") as f:
         f.write(families_markdown())
-    print(f"{len(found)} families -> {OUT}, {os.path.normpath(DOCS)}")
+    with open(README) as f:
+        text = f.read()
+    with open(README, "w") as f:
+        f.write(with_readme_families(text))
+    print(f"{len(found)} families -> {OUT}, {os.path.normpath(DOCS)}, README.md")
+
+
+def _rope_types(parameters):
+    if not parameters:
+        return {"default"}
+    if all(isinstance(v, dict) for v in parameters.values()):
+        return set().union(*(_rope_types(v) for v in parameters.values()))
+    return {parameters.get("rope_type", parameters.get("type", "default"))}
+
+
+def readme_families():
+    """README's family table: per layout, how many model types, the rope types their defaults use, and the
+    well-known ones among them."""
+    from ms_rotary.rope_config import FAMILY_MODES, FAMILY_ROPE_DEFAULTS
+    lines = ["| layout | model types | rope types of their defaults | among them |", "|---|---|---|---|"]
+    for layout in ("half", "interleave", "quarter", "interleave-half"):
+        types = sorted(t for t, mode in FAMILY_MODES.items() if mode == layout)
+        if not types:
+            continue
+        rope_types = sorted(set().union(*(_rope_types(FAMILY_ROPE_DEFAULTS.get(t)) for t in types)))
+        known = ", ".join(f"`{t}`" for t in WELL_KNOWN if t in types)
+        lines.append(f"| {layout} | {len(types)} | {', '.join(rope_types)} | {known} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_readme_families(text):
+    """README text with its family table (between README_BEGIN and README_END) written afresh."""
+    head, rest = text.split(README_BEGIN + "\n", 1)
+    _, tail = rest.split(README_END, 1)
+    return head + README_BEGIN + "\n" + readme_families() + README_END + tail
 
 
 
