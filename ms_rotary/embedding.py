@@ -23,6 +23,7 @@ from .rope_config import RopeConfig
 from .rope_scaling import NON_NEGATIVE, check_value, resolve_rope_scaling, rope_type_of
 from .tables import cache_parameters, check_partial_rotary_factor, mrope_channels
 
+GROWTH_LIMIT = 1 << 20  # positions grow_cache covers at most, beyond max_position_embeddings
 _CACHE_DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
 
 
@@ -108,10 +109,11 @@ class RotaryEmbedding(nn.Cell):
     and k themselves (contiguous, apart) and returns them, as InplacePartialRotaryMul writes x.
 
     grow_cache=True: a call from Python with a position past the cache first rebuilds it to cover it (at least
-    doubling; `extend_cache(n)` by hand). A compiled network keeps the cache it was compiled with and refuses a
-    position past it by name. rope types "dynamic" and "longrope" have no cache: each call's rows are computed
-    from its length (ms_rotary.length_rope), any position >= 0. llama_4_scaling_beta (Ministral-3, Mistral-4):
-    q_rot is multiplied by Llama-4's attention temperature at its position (RopeConfig.query_scale).
+    doubling, up to max(max_position_embeddings, 2**20) positions; `extend_cache(n)` by hand). A compiled
+    network keeps the cache it was compiled with and refuses a position past it by name. rope types "dynamic"
+    and "longrope" have no cache: each call's rows are computed from its length (ms_rotary.length_rope), any
+    position >= 0. llama_4_scaling_beta (Ministral-3, Mistral-4): q_rot is multiplied by Llama-4's attention
+    temperature at its position (RopeConfig.query_scale).
     """
 
     def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
@@ -174,6 +176,8 @@ class RotaryEmbedding(nn.Cell):
         if grow_cache and length_dependent:
             raise refuse_length_dependent_with(rope_type_of(rope_scaling), "it has no cache to grow")
         self.grow_cache = bool(grow_cache)
+        # a stray huge position must not allocate a huge cache: grow to the model's length at most
+        self.growth_limit = max(int(positions), int(max_position_embeddings or 0), GROWTH_LIMIT)
         self.head_dim, self.partial_slice, self.rotary_mode, self.layout = int(head_dim), (start, end), mode, layout
         self.channels, self.inplace = channels, bool(inplace)
         cache = CacheRead(int(head_dim), layout, lane_channels, channels, False,
@@ -206,8 +210,9 @@ class RotaryEmbedding(nn.Cell):
         positions = kernel_positions(positions, self.channels)
         if self.grow_cache and positions.size:
             high = int((positions if isinstance(positions, np.ndarray) else positions.asnumpy()).max())
-            if high >= self.cos_cache.shape[1]:
-                self.extend_cache(max(2 * self.cos_cache.shape[1], high + 1))
+            rows = self.cos_cache.shape[1]
+            if rows <= high < self.growth_limit:  # past the limit: the call's own out-of-cache error
+                self.extend_cache(min(max(2 * rows, high + 1), self.growth_limit))
         return self._rotate(q, k, positions)
 
     def extend_cache(self, cache_positions):

@@ -483,6 +483,9 @@ def test_a_growing_cache_serves_positions_past_its_end_eagerly_and_keeps_its_row
     np.testing.assert_array_equal(raw_bits(layer.sin_cache), raw_bits(whole.sin_cache))
     with pytest.raises(ValueError, match=r"extend_cache\(cache_positions=10\) must be an integer of at least"):
         layer.extend_cache(10)
+    with pytest.raises(ValueError, match=r"position 1099511627776 is outside the cos/sin cache \[0, 1000\)"):
+        layer(q, None, np.array([[0, 1 << 40]]))  # a stray huge position is refused, not a huge cache built
+    assert layer.cos_cache.shape[1] == 1000
     layer.cos_cache.requires_grad = True
     with pytest.raises(ValueError, match="a trainable cache keeps its 1000 positions"):
         layer.extend_cache(2000)
