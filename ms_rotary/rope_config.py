@@ -306,7 +306,9 @@ def _layer_head_dim(fields, layer_type):
     if len(widths) > 1:
         raise ValueError(f"{_PREFIX}: the {layer_type!r} layers of this config differ in head_dim "
                          f"({sorted(widths, key=str)}); pass each layer's config")
-    return widths.pop() if widths and None not in widths else None
+    if not widths or None in widths:
+        return None
+    return _int({"per_layer_config head_dim": widths.pop()}, "per_layer_config head_dim")
 
 
 def _theta(fields, model_type):

@@ -108,6 +108,12 @@ def test_gemma4_global_layers_rotate_the_whole_wider_head_with_a_quarter_of_its_
     sliding = RopeConfig.from_config(GEMMA4, layer_type="sliding_attention")
     assert (full.head_dim, full.partial_slice, sliding.head_dim, sliding.partial_slice) == (512, (0, 512), 256,
                                                                                             (0, 256))
+    by_layer = {k: v for k, v in GEMMA4.items() if k != "global_head_dim"}  # the config object's form
+    assert RopeConfig.from_config({**by_layer, "per_layer_config": {"05": {"head_dim": 512}}},
+                                  layer_type="full_attention").head_dim == 512
+    with pytest.raises(ValueError, match=r"per_layer_config head_dim='512' must be a positive integer"):
+        RopeConfig.from_config({**by_layer, "per_layer_config": {"05": {"head_dim": "512"}}},
+                               layer_type="full_attention")
     positions = np.array([0, 3, 3000])
     cos, sin = (t.asnumpy()[0, :, 0].astype(np.float64) for t in full.cos_sin(positions))
     turning = np.arange(64)
