@@ -203,11 +203,13 @@ MINISTRAL3 = {"model_type": "ministral3", "hidden_size": 64, "num_attention_head
                                   "llama_4_scaling_beta": 0.1}}
 
 
-@pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
+@pytest.mark.parametrize("exec_mode", ["pynative", "ms.jit", "GRAPH_MODE"])
 @pytest.mark.parametrize("layout", ["BSND", "SBND"])
 def test_llama_4_scaling_multiplies_q_after_the_rotation(layout, exec_mode):
-    """Ministral-3's config: q_rot times 1 + 0.1 * log(1 + floor(position / 64)), k as without it; the same
-    formula from RopeConfig.query_scale for tables."""
+    """Ministral-3's config, the layer inside a user's Cell: q_rot times 1 + 0.1 * log(1 + floor(position / 64)),
+    k as without it; the same formula from RopeConfig.query_scale for tables."""
+    from test_layer_rules import _run
+
     from ms_rotary import RotaryEmbedding
     rope = RopeConfig.from_config(MINISTRAL3)
     positions = np.array([0, 5, 63, 64, 200])
@@ -219,11 +221,7 @@ def test_llama_4_scaling_multiplies_q_after_the_rotation(layout, exec_mode):
                             rope.rope_scaling, rope.max_position_embeddings, layout=layout)
     shape = (1, 5, 2, 32) if layout == "BSND" else (5, 1, 2, 32)
     q, k = (ms.Tensor(np.random.default_rng(n).uniform(-1, 1, shape).astype(np.float32)) for n in (0, 1))
-    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
-    try:
-        q_rot, k_rot = scaled(q, k, ms.Tensor(positions))
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    q_rot, k_rot = _run(exec_mode, scaled, q, k, ms.Tensor(positions))
     q_plain, k_plain = plain(q, k, positions)
     broadcast = expected_scale[None, :, None, None] if layout == "BSND" else expected_scale[:, None, None, None]
     np.testing.assert_allclose(q_rot.asnumpy(), q_plain.asnumpy() * broadcast, rtol=1e-6, atol=1e-7)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from conftest import BACKENDS, cycled_cases, random_tensor, to_float64
 from reference import rotary_forward, rotary_grad
+from test_embedding import _run
+from test_layer_rules import _run as _run_in_user_cell
 from test_tables import CONFIGS, expected_angles
 
 from ms_rotary import RotaryEmbedding
@@ -32,14 +34,6 @@ def _expected_tables(name, mode, positions):
     lanes = np.concatenate([angles, angles], -1) if mode in (0, 3) else np.repeat(angles, 2, -1)
     shape = positions.shape + (1, lanes.shape[-1])
     return (attention * np.cos(lanes)).reshape(shape), (attention * np.sin(lanes)).reshape(shape)
-
-
-def _run(exec_mode, fn, *args):
-    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
-    try:
-        return ms.jit(fn)(*args) if exec_mode == "ms.jit" else fn(*args)
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
 class Rotate(ms.nn.Cell):
@@ -126,12 +120,14 @@ def test_gradients_are_the_inverse_rotation(exec_mode):
 # A refusal inside a graph costs MindSpore's 3 s wait after a failed kernel: each backend in one mode (cycling).
 @pytest.mark.parametrize("backend,exec_mode", cycled_cases([BACKENDS], [["pynative", "GRAPH_MODE"]]))
 def test_a_negative_position_is_refused_by_name_before_anything_is_written(backend, exec_mode):
-    layer = _layer("dynamic x2", 0, backend, inplace=exec_mode == "pynative")
-    q = ms.Tensor(np.ones((1, 3, 2, 72), np.float32))
+    """In place, inside a user's Cell: q and k as they were."""
+    layer = _layer("dynamic x2", 0, backend, inplace=True)
+    q, k = ms.Tensor(np.ones((1, 3, 2, 72), np.float32)), ms.Tensor(np.ones((1, 3, 1, 72), np.float32))
     error = RuntimeError if exec_mode != "pynative" and backend == "aot" else ValueError  # MindSpore's wrapper
     with pytest.raises(error, match=r"RotaryEmbedding: position -2 is negative; positions must be >= 0"):
-        _run(exec_mode, layer, q, None, ms.Tensor([[0, -2, 5000]]))
+        _run_in_user_cell(exec_mode, layer, q, k, ms.Tensor([[0, -2, 5000]]))[0].asnumpy()
     np.testing.assert_array_equal(q.asnumpy(), 1.0)
+    np.testing.assert_array_equal(k.asnumpy(), 1.0)
 
 
 @pytest.mark.parametrize("kwargs, match", [
