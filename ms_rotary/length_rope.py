@@ -15,23 +15,14 @@ import numpy as np
 from mindspore import nn, ops
 
 from .constraints import LAYER
-from .modes import lane_pairs
 from .rope_scaling import inverse_frequencies, resolve_rope_scaling, rope_type_of
+from .tables import on_lanes
 
 LENGTH_DEPENDENT = ("dynamic", "longrope")
 
 
 def is_length_dependent(rope_scaling):
     return isinstance(rope_scaling, dict) and rope_type_of(rope_scaling) in LENGTH_DEPENDENT
-
-
-def _on_lanes(frequencies, mode, rotary_dim):
-    """[rotary_dim / 2] per frequency -> [rotary_dim] per lane: each on the lane pair the mode rotates."""
-    _, _, ya, yb = lane_pairs(mode, rotary_dim)
-    lanes = np.empty(rotary_dim)
-    lanes[ya] = frequencies
-    lanes[yb] = frequencies
-    return lanes
 
 
 class LengthDependentRows(nn.Cell):
@@ -45,12 +36,12 @@ class LengthDependentRows(nn.Cell):
         self.dynamic = self.rope_type == "dynamic"
         self.dtype = dtype
         plain, attention = inverse_frequencies(rotary_dim, rope_theta, rope_scaling, max_position_embeddings, 0)
-        self.plain = ms.Tensor(_on_lanes(plain, rotary_mode, rotary_dim))
+        self.plain = ms.Tensor(on_lanes(plain, rotary_mode, rotary_dim))
         # float64 tensors: a graph would take Python floats as float32 constants (angles past 1e4 rad off by 1e-5)
         self.attention = ms.Tensor(attention, ms.float64)
         if self.dynamic:  # (theta * scale) ** -e = theta ** -e * scale ** -e, e = 2i / d per frequency i
             exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
-            self.exponents = ms.Tensor(_on_lanes(exponents, rotary_mode, rotary_dim))
+            self.exponents = ms.Tensor(on_lanes(exponents, rotary_mode, rotary_dim))
             self.switch = ms.Tensor(max_position_embeddings, ms.float64)
             self.factor = ms.Tensor(params["factor"], ms.float64)
             self.power = ms.Tensor(rotary_dim / (rotary_dim - 2), ms.float64)
@@ -58,7 +49,7 @@ class LengthDependentRows(nn.Cell):
             original = int(params["original_max_position_embeddings"])
             self.switch = ms.Tensor(original, ms.float64)
             long, _ = inverse_frequencies(rotary_dim, rope_theta, rope_scaling, max_position_embeddings, original + 1)
-            self.long = ms.Tensor(_on_lanes(long, rotary_mode, rotary_dim))
+            self.long = ms.Tensor(on_lanes(long, rotary_mode, rotary_dim))
 
     def construct(self, positions):
         count = positions.size

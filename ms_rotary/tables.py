@@ -103,12 +103,13 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
         angles = np.take_along_axis(positions[..., None] * inv_freq, channels.reshape(1, 1, 1, -1), 0)[0]
     else:
         angles = positions[..., None] * inv_freq
-    lanes = _on_lanes(angles, mode, rotary_dim)[:, :, None, :]
+    lanes = on_lanes(angles, mode, rotary_dim)[:, :, None, :]
     return tuple(_to_tensor(fn(lanes) * attention_factor, dtype) for fn in (np.cos, np.sin))
 
 
-def _on_lanes(angles, mode, rotary_dim):
-    """float64 angles [..., rotary_dim / 2] -> [..., rotary_dim], each on the lane pair the mode rotates."""
+def on_lanes(angles, mode, rotary_dim):
+    """float64 values per frequency [..., rotary_dim / 2] (angles, frequencies) -> [..., rotary_dim], each on the
+    lane pair the mode rotates."""
     _, _, ya, yb = lane_pairs(mode, rotary_dim)
     lanes = np.empty(angles.shape[:-1] + (rotary_dim,))
     lanes[..., ya] = angles
@@ -144,7 +145,7 @@ def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rop
             angles = rows[:, None] * inv_freq
             if quarter:
                 angles = np.concatenate([angles, angles], -1)
-            values = fn(_on_lanes(angles, mode, rotary_dim)) * attention_factor
+            values = fn(on_lanes(angles, mode, rotary_dim)) * attention_factor
             block = np.ascontiguousarray(values.astype(np.float16) if name == "float16" else
                                          from_float32(values.astype(np.float32), name))
             ctypes.memmove(address + begin * row_bytes, block.ctypes.data, block.nbytes)
