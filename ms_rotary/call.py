@@ -3,7 +3,8 @@ machinery (functions.py) are built from. Where cos/sin come from is part of it:
 
   a table     (rotated, cos, sin)                 cos/sin [b, s, n, L] broadcast over the rotated tensor
   a cache     (q, cos, sin, positions)            cos/sin a cache [1, P, 1, L], each token's row read at its
-              (q, k, cos, sin, positions)         position ([channels, 1|B, S] int64); q and k in one call"""
+              (q, k, cos, sin, positions)         position ([channels, 1|B, S] int64); q and k in one call
+  + a norm    (..., positions, q_weight[, k_weight]) each head RMS-normalised first (HeadNorm)"""
 from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
@@ -31,6 +32,16 @@ class CacheRead:
 
 
 @dataclass(frozen=True)
+class HeadNorm:
+    """Each head RMS-normalised before the rotation (Qwen3's and Gemma-3's q_norm and k_norm): x * r * (offset +
+    weight), r = 1 / sqrt(mean(x^2) + eps) over the whole head, in fp32; the weights ([D] each, q's and k's) are
+    the call's last inputs. A call with a norm is out of place."""
+
+    eps: float
+    offset: float = 0.0                           # 1.0: Gemma's (1 + weight)
+
+
+@dataclass(frozen=True)
 class RotaryCall:
     rotary_mode: int                           # 0 half, 1 interleave, 2 quarter, 3 interleave-half
     partial_slice: Optional[Tuple[int, int]]   # None: [0, cos.shape[-1])
@@ -38,6 +49,7 @@ class RotaryCall:
     in_place: bool                             # writes its rotated inputs (and returns them) instead of new tensors
     input_name: str = "dy"                     # the first input's name in error messages
     cache: Optional[CacheRead] = None          # None: cos/sin are tables
+    norm: Optional[HeadNorm] = None            # a cache read's head norm first (its weights the last inputs)
 
     @property
     def rotated_names(self):
@@ -45,6 +57,11 @@ class RotaryCall:
         if self.cache is None:
             return (self.input_name,)
         return ("q", "k") if self.cache.with_k else ("q",)
+
+    @property
+    def weight_names(self):
+        """The names of a head norm's weights, in input order (after the positions)."""
+        return tuple(f"{name}_norm_weight" for name in self.rotated_names)
 
     def transpose(self):
         """The call that maps the gradient of this call's output to the gradient of its rotated inputs: the

@@ -287,3 +287,13 @@ def check_positions_range(positions, cache_rows, rows_per_call=False):
     if positions.size and (positions.min() < 0 or positions.max() >= cache_rows):
         bad = positions.min() if positions.min() < 0 else positions.max()
         raise ValueError(position_outside_cache(int(bad), cache_rows, rows_per_call))
+
+
+def check_norm_weight(name, head_dim, shape=None, dtype=None):
+    """A head norm's weight: [head_dim], a float dtype (any of the three, independent of q's)."""
+    if shape is not None and tuple(shape) != (head_dim,):
+        raise ValueError(f"{LAYER}: {name} of shape {tuple(shape)} must be [head_dim] = [{head_dim}]: the norm "
+                         f"scales each lane of a head")
+    if dtype is not None and element_dtype(dtype) not in FLOAT_DTYPES:
+        raise TypeError(f"{LAYER}: {name} has dtype {_dtype_name(element_dtype(dtype))}; supported are float32, "
+                        f"float16, bfloat16")

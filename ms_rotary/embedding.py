@@ -14,12 +14,13 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from .call import LAYOUT_AXES, CacheRead, RotaryCall
+from .call import LAYOUT_AXES, CacheRead, HeadNorm, RotaryCall
 from .constraints import FLOAT_DTYPES, LAYER, MAX_HEAD_DIM, kernel_positions, normalize_mode
 from .functions import rotary
+from .head_norms import head_norm_from_config
 from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
 from .modes import lane_pairs
-from .rope_config import RopeConfig
+from .rope_config import RopeConfig, config_fields
 from .rope_scaling import NON_NEGATIVE, check_value, resolve_rope_scaling, rope_type_of
 from .tables import cache_parameters, check_partial_rotary_factor, mrope_channels
 
@@ -119,7 +120,7 @@ class RotaryEmbedding(nn.Cell):
     def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
                  max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
                  layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False,
-                 llama_4_scaling_beta=None):
+                 llama_4_scaling_beta=None, qk_norm_eps=None, qk_norm_offset=0.0):
         super().__init__()
         mode = normalize_mode(rotary_mode)
         start, end = _rotated_lanes(head_dim, partial_slice)
@@ -190,30 +191,40 @@ class RotaryEmbedding(nn.Cell):
         self.inverse_q, self.inverse_qk = (rotary(replace(c, conjugate=True), backend, "RotaryEmbedding.inverse")
                                            for c in (call, with_k))
         self.backend = self.rotate_q.backend
+        self.head_norm = _head_norm(qk_norm_eps, qk_norm_offset, self.inplace)
+        if self.head_norm is not None:
+            self.norm_q, self.norm_qk = (
+                (ComposedNorm if self.backend == "ascend" else rotary)(replace(c, norm=self.head_norm), self.backend,
+                                                                       "RotaryEmbedding") for c in (call, with_k))
 
     @classmethod
     def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
-                    layout="BSND", inplace=False, layer_type=None):
+                    layout="BSND", inplace=False, layer_type=None, qk_norm=False):
         """From a Hugging Face config (dict or object): RopeConfig.from_config's facts (M-RoPE included), a
         cache of cache_positions (default max_position_embeddings) positions; `layer_type` where the config's
-        rope differs by layer type (Gemma-3: one layer for "sliding_attention", one for "full_attention")."""
+        rope differs by layer type (Gemma-3: one layer for "sliding_attention", one for "full_attention").
+        qk_norm=True: the family's per-head q/k RMSNorm runs in the same pass (head_norms.py: Qwen3, Gemma-3,
+        ...); the call then takes the norms' weights, rope(q, k, positions, q_norm.weight, k_norm.weight)."""
         rope = RopeConfig.from_config(config, rotary_mode, layer_type)
+        norm = head_norm_from_config(config_fields(config)) if qk_norm else None
         return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
                    rope.max_position_embeddings, cache_positions, cache_dtype, backend, layout, rope.mrope_section,
-                   rope.mrope_interleaved, inplace, llama_4_scaling_beta=rope.llama_4_scaling_beta)
+                   rope.mrope_interleaved, inplace, llama_4_scaling_beta=rope.llama_4_scaling_beta,
+                   qk_norm_eps=None if norm is None else norm.eps, qk_norm_offset=0.0 if norm is None else norm.offset)
 
-    def __call__(self, q, k=None, positions=None):
+    def __call__(self, q, k=None, positions=None, q_norm_weight=None, k_norm_weight=None):
         """From Python (PyNative, or a top-level call in GRAPH_MODE): the rotation's own call routes it; a numpy
         array or list of positions stays on the host."""
         if positions is None:
             raise TypeError(f"{LAYER} takes (q, k, positions): positions are required")
+        _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
         positions = kernel_positions(positions, self.channels)
         if self.grow_cache and positions.size:
             high = int((positions if isinstance(positions, np.ndarray) else positions.asnumpy()).max())
             rows = self.cos_cache.shape[1]
             if rows <= high < self.growth_limit:  # past the limit: the call's own out-of-cache error
                 self.extend_cache(min(max(2 * rows, high + 1), self.growth_limit))
-        return self._rotate(q, k, positions)
+        return self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
 
     def extend_cache(self, cache_positions):
         """Rebuilds the caches to cover [0, cache_positions), in place of the layer's (the rows it had come out
@@ -234,9 +245,10 @@ class RotaryEmbedding(nn.Cell):
         self.cos_cache.set_data(cos)
         self.sin_cache.set_data(sin)
 
-    def construct(self, q, k, positions):
+    def construct(self, q, k, positions, q_norm_weight=None, k_norm_weight=None):
         """Traced, inside a compiled network: positions given as a list or array become a constant tensor."""
-        return self._rotate(q, k, self._tensor_positions(positions))
+        _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
+        return self._rotate(q, k, self._tensor_positions(positions), False, q_norm_weight, k_norm_weight)
 
     def inverse(self, q, k=None, positions=None):
         """The transpose R^T at the same positions, which undoes the rotation (it is orthogonal): DeepSeek-V4
@@ -250,10 +262,15 @@ class RotaryEmbedding(nn.Cell):
         positions = kernel_positions(positions, self.channels)
         return ms.Tensor(positions) if isinstance(positions, np.ndarray) else positions
 
-    def _rotate(self, q, k, positions, inverse=False):
+    def _rotate(self, q, k, positions, inverse=False, q_norm_weight=None, k_norm_weight=None):
         cos, sin, given = self.cos_cache, self.sin_cache, positions
         if self.rows is not None:  # this call's own rows (length_rope), read at 0..n-1
             cos, sin, positions = self.rows(positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
+        if q_norm_weight is not None:  # each head normalised first (qk_norm_eps), in the same pass
+            if k is None:
+                return self._scaled_q(self.norm_q(q, cos, sin, positions, q_norm_weight), given, False)
+            q_out, k_out = self.norm_qk(q, k, cos, sin, positions, q_norm_weight, k_norm_weight)
+            return self._scaled_q(q_out, given, False), k_out
         if k is None:
             return self._scaled_q((self.inverse_q if inverse else self.rotate_q)(q, cos, sin, positions), given,
                                   inverse)
@@ -268,6 +285,65 @@ class RotaryEmbedding(nn.Cell):
 
     def extend_repr(self):
         rows = "rows per call" if self.rows is not None else f"cache_positions={self.cos_cache.shape[1]}"
+        norm = "" if self.head_norm is None else f", qk_norm_eps={self.head_norm.eps}"
         return (f"head_dim={self.head_dim}, partial_slice={list(self.partial_slice)}, "
                 f"rotary_mode={self.rotary_mode}, layout={self.layout}, {rows}"
-                f"{', M-RoPE' if self.channels == 3 else ''}{', inplace' if self.inplace else ''}")
+                f"{', M-RoPE' if self.channels == 3 else ''}{', inplace' if self.inplace else ''}{norm}")
+
+
+def _head_norm(eps, offset, inplace):
+    """The HeadNorm of qk_norm_eps and qk_norm_offset, or None without an epsilon."""
+    if eps is None:
+        return None
+    for name, value in (("qk_norm_eps", eps), ("qk_norm_offset", offset)):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value):
+            raise TypeError(f"{LAYER}: {name}={value!r} must be a finite number")
+    if eps < 0:
+        raise ValueError(f"{LAYER}: qk_norm_eps={eps!r} must be >= 0 (it is added to the mean square)")
+    if inplace:
+        raise ValueError(f"{LAYER}: qk_norm_eps with inplace=True is not built: the norm and rotation write new "
+                         f"tensors; build the layer with inplace=False")
+    return HeadNorm(float(eps), float(offset))
+
+
+def _check_norm_weights_given(head_norm, k, q_norm_weight, k_norm_weight):
+    """A layer built with qk_norm_eps takes q's norm weight (and k's with k); one without takes neither.
+    Traced, the Nones are known at compile time."""
+    if head_norm is None:
+        if q_norm_weight is not None or k_norm_weight is not None:
+            raise TypeError(f"{LAYER}: q_norm_weight/k_norm_weight given to a layer built without qk_norm_eps; "
+                            f"build it with qk_norm_eps (from_config(config, qk_norm=True)) to norm each head first")
+        return
+    if q_norm_weight is None:
+        raise TypeError(f"{LAYER}: this layer norms each head first (qk_norm_eps={head_norm.eps}): pass "
+                        f"q_norm_weight (and k_norm_weight with k), each [head_dim]")
+    if k is not None and k_norm_weight is None:
+        raise TypeError(f"{LAYER}: k given without k_norm_weight; this layer norms k's heads too")
+    if k is None and k_norm_weight is not None:
+        raise TypeError(f"{LAYER}: k_norm_weight given without k")
+
+
+class ComposedNorm(nn.Cell):
+    """A head norm's call where the target has no fused kernel (Ascend): MindSpore's own ops normalise each head
+    in fp32, then the target's rotation; the same values and gradients, two passes."""
+
+    def __init__(self, call, backend, op_name):
+        super().__init__()
+        self.eps, self.offset = call.norm.eps, call.norm.offset
+        self.rotate = rotary(replace(call, norm=None), backend, op_name)
+        self.backend = self.rotate.backend
+        self.traced = self._q_and_k if call.cache.with_k else self._q
+
+    def normalised(self, x, weight):
+        x32 = x.astype(ms.float32)
+        r = ops.rsqrt((x32 * x32).mean(-1, keep_dims=True) + self.eps)
+        return (x32 * r * (weight.astype(ms.float32) + self.offset)).astype(x.dtype)
+
+    def construct(self, *inputs):
+        return self.traced(*inputs)
+
+    def _q(self, q, cos, sin, positions, q_weight):
+        return self.rotate(self.normalised(q, q_weight), cos, sin, positions)
+
+    def _q_and_k(self, q, k, cos, sin, positions, q_weight, k_weight):
+        return self.rotate(self.normalised(q, q_weight), self.normalised(k, k_weight), cos, sin, positions)

@@ -331,9 +331,121 @@ class CacheQKFunction(RotaryFunction):
         return self.backward(q, k, cos, sin, positions, dout)
 
 
+NORM_SECOND_ORDER_ERROR = (
+    "ms_rotary.RotaryEmbedding: second-order gradients (grad of grad) through the head norm before the rotation "
+    "are not supported; its first-order backward is one kernel pass. Take the norm out of the layer (norm q and k "
+    "with MindSpore ops, then call the layer without norm weights) where a grad of grad is needed.")
+
+
+class NormBackward(nn.Cell):
+    """(a head norm's call's inputs, dout) -> their gradients: dq (dk) and the weights' from the target's backward
+    (eagerly one pass a tensor; traced its dx and weight-gradient primitives), cos/sin as a cache read's
+    (CacheGrads at the normalised input, with MindSpore ops: a graph drops them when the cache is not trained,
+    PyNative computes them only for a cache that requires grad). A grad of grad is refused."""
+
+    def __init__(self, call, backend, device_target):
+        super().__init__()
+        self.kernel = KERNELS[backend](call, device_target)
+        self.cache_grads = CacheGrads(call)
+        self.eps, self.offset = call.norm.eps, call.norm.offset
+        self.on_host = routes.on_host(device_target)
+        self.count = len(call.rotated_names)
+
+    def __call__(self, *args):
+        route = routes.current()
+        if route is Route.RECORDING:  # an outer grad records this backward
+            raise ValueError(NORM_SECOND_ORDER_ERROR)
+        if route is Route.TRACED or not self.on_host:
+            return super().__call__(*args)
+        count = self.count
+        tensors, (cos, sin, positions) = args[:count], args[count:count + 3]
+        weights, douts = args[count + 3:2 * count + 3], args[-1] if count == 2 else (args[-1],)
+        grads = [self.kernel.norm_grads_now(dout, x, cos, sin, positions, weight)
+                 for dout, x, weight in zip(douts, tensors, weights)]
+        dcos = dsin = None
+        if cos._requires_grad or sin._requires_grad:
+            positions = positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions)
+            dcos, dsin = self._cache_grads(tensors, weights, douts, cos, positions)
+        return (*(dx for dx, _ in grads), dcos, dsin, None, *(dw for _, dw in grads))
+
+    def normalised(self, x, weight):
+        """The head norm's output in fp32 with MindSpore ops: the rotation's input, which cos/sin multiply."""
+        x = x.astype(ms.float32)
+        r = ops.rsqrt((x * x).mean(-1, keep_dims=True) + self.eps)
+        return x * r * (weight.astype(ms.float32) + self.offset)
+
+    def _cache_grads(self, tensors, weights, douts, cos, positions):
+        dcos, dsin = self.cache_grads.per_token(douts[0], self.normalised(tensors[0], weights[0]), cos)
+        if len(tensors) == 2:
+            more_dcos, more_dsin = self.cache_grads.per_token(douts[1], self.normalised(tensors[1], weights[1]), cos)
+            dcos, dsin = dcos + more_dcos, dsin + more_dsin
+        return self.cache_grads.into_cache(dcos, dsin, cos, positions)
+
+
+class NormBackwardQ(NormBackward):
+    # Straight-line (graph autodiff of a bprop fails on a loop or a branch).
+    def construct(self, q, cos, sin, positions, q_weight, dout):
+        dq, dw = self.kernel.norm_grads_q(dout, q, cos, sin, positions, q_weight)
+        dcos, dsin = self.cache_grads.per_token(dout, self.normalised(q, q_weight), cos)
+        dcos, dsin = self.cache_grads.into_cache(dcos, dsin, cos, positions)
+        return dq, dcos, dsin, ops.zeros(positions.shape, positions.dtype), dw.astype(q_weight.dtype)
+
+    def bprop(self, q, cos, sin, positions, q_weight, dout, out, dout_of_out):
+        raise ValueError(NORM_SECOND_ORDER_ERROR)
+
+
+class NormBackwardQK(NormBackward):
+    def construct(self, q, k, cos, sin, positions, q_weight, k_weight, dout):
+        dq, dwq = self.kernel.norm_grads_q(dout[0], q, cos, sin, positions, q_weight)
+        dk, dwk = self.kernel.norm_grads_k(dout[1], k, cos, sin, positions, k_weight)
+        q_dcos, q_dsin = self.cache_grads.per_token(dout[0], self.normalised(q, q_weight), cos)
+        k_dcos, k_dsin = self.cache_grads.per_token(dout[1], self.normalised(k, k_weight), cos)
+        dcos, dsin = self.cache_grads.into_cache(q_dcos + k_dcos, q_dsin + k_dsin, cos, positions)
+        return (dq, dk, dcos, dsin, ops.zeros(positions.shape, positions.dtype), dwq.astype(q_weight.dtype),
+                dwk.astype(k_weight.dtype))
+
+    def bprop(self, q, k, cos, sin, positions, q_weight, k_weight, dout, out, dout_of_out):
+        raise ValueError(NORM_SECOND_ORDER_ERROR)
+
+
+class NormFunction(_Rotary):
+    """A cache read with a head norm first (RotaryCall.norm), out of place, with its bprop (NormBackward)."""
+
+    def __init__(self, call, backend, device_target, op_name="ms_rotary"):
+        super().__init__(call, backend, device_target, op_name)
+        self.kernel = KERNELS[backend](call, device_target)
+        self.backward = (NormBackwardQK if call.cache.with_k else NormBackwardQ)(call, backend, device_target)
+
+    def _call_now(self, *inputs):
+        return self.kernel(*inputs)
+
+    def _call_recorded(self, *inputs):
+        return nn.Cell.__call__(self, *tensor_positions(self.call, inputs))  # records the bprop
+
+
+class NormFunctionQ(NormFunction):
+    def construct(self, q, cos, sin, positions, q_weight):
+        return self.kernel(q, cos, sin, positions, q_weight)
+
+    def bprop(self, q, cos, sin, positions, q_weight, out, dout):
+        return self.backward(q, cos, sin, positions, q_weight, dout)
+
+
+class NormFunctionQK(NormFunction):
+    def construct(self, q, k, cos, sin, positions, q_weight, k_weight):
+        checked = _checked_q_and_k(self.call, q.shape, k.shape, q.dtype, k.dtype, cos.shape, sin.shape, cos.dtype,
+                                   sin.dtype, positions.shape)
+        return self.kernel(ops.depend(q, checked), k, cos, sin, positions, q_weight, k_weight)
+
+    def bprop(self, q, k, cos, sin, positions, q_weight, k_weight, out, dout):
+        return self.backward(q, k, cos, sin, positions, q_weight, k_weight, dout)
+
+
 def function_class(call):
     if call.cache is None:
         return TableFunction
+    if call.norm is not None:
+        return NormFunctionQK if call.cache.with_k else NormFunctionQ
     return CacheQKFunction if call.cache.with_k else CacheFunction
 
 
@@ -504,6 +616,10 @@ def rotary(call, backend=None, op_name="ms_rotary"):
     InPlaceRotary or the RotaryFunction."""
     device_target = routes.device_target()
     backend = choose_backend(backend, device_target)
+    if call.norm is not None:
+        if call.in_place or call.conjugate:
+            raise ValueError(f"{op_name}: a head norm's call is the forward, out of place")
+        return function_class(call)(call, backend, device_target, op_name)
     if call.in_place:
         return InPlaceRotary(call, backend, device_target, op_name)
     return function_class(call)(call, backend, device_target, op_name)

@@ -11,9 +11,12 @@ _POSITIONS_SHAPE = ctypes.c_int64 * 3
 _SHAPE = ctypes.c_int64 * 4
 # Every entry the package calls: the plain C entries (eager calls, status messages) and the AOT entries
 # ops.Custom loads (kernel/cpu/aot_entry.cc; by direction, backward second). A stale or foreign library lacks one.
-C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions", "ms_rotary_status_message")
+C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions", "ms_rotary_norm_positions",
+             "ms_rotary_norm_positions_grad", "ms_rotary_status_message")
 AOT_ENTRIES = ("RotaryMulOut", "RotaryMulGradOut")
 AOT_POSITIONS_ENTRIES = ("RotaryPositionsOut", "RotaryPositionsGradOut")
+# A head norm before the rotation: the forward, the backward's dx and the backward's weight gradient.
+AOT_NORM_ENTRIES = ("RotaryNormPositionsOut", "RotaryNormPositionsGradOut", "RotaryNormPositionsWeightGradOut")
 AOT_WRITE_GUARD = "RotaryWriteGuard"
 _REINSTALL = "reinstall ms_rotary (`pip install .` builds it) or pass backend='pyfunc'"
 
@@ -37,7 +40,8 @@ class CompiledKernel:
         except OSError as error:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded ({error}); "
                                f"{_REINSTALL}") from None
-        missing = [entry for entry in (*C_ENTRIES, *AOT_ENTRIES, *AOT_POSITIONS_ENTRIES, AOT_WRITE_GUARD)
+        missing = [entry for entry in (*C_ENTRIES, *AOT_ENTRIES, *AOT_POSITIONS_ENTRIES, *AOT_NORM_ENTRIES,
+                                       AOT_WRITE_GUARD)
                    if not hasattr(library, entry)]
         if missing:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded (it lacks the entries "
@@ -55,6 +59,18 @@ class CompiledKernel:
         self._run_positions.argtypes = [ctypes.c_void_p] * 7 + [_POSITIONS_SHAPE, ctypes.c_void_p] + \
             [ctypes.c_int64] * 2 + [_SHAPE] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
         self._run_positions.restype = ctypes.c_int
+        # (positions, positions_shape, lane_channels, batch axis, seq axis): a cache read's arguments
+        cache_read = [ctypes.c_void_p, _POSITIONS_SHAPE, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        self._norm_positions = library.ms_rotary_norm_positions
+        self._norm_positions.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_char_p] * 2 + [ctypes.c_float] * 2 + \
+            [ctypes.c_void_p] * 2 + cache_read + [_SHAPE] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + \
+            [ctypes.c_int]
+        self._norm_positions.restype = ctypes.c_int
+        self._norm_positions_grad = library.ms_rotary_norm_positions_grad
+        self._norm_positions_grad.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_char_p, ctypes.c_float, ctypes.c_float] \
+            + [ctypes.c_void_p] * 2 + cache_read + [_SHAPE] * 2 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + \
+            [ctypes.c_int]
+        self._norm_positions_grad.restype = ctypes.c_int
         self._status_message = library.ms_rotary_status_message
         self._status_message.argtypes = [ctypes.c_int]
         self._status_message.restype = ctypes.c_char_p
@@ -90,6 +106,29 @@ class CompiledKernel:
                                    lane_channels, *axes, _SHAPE(*q_shape), _SHAPE(*(k_shape or q_shape)),
                                    _SHAPE(*cache_shape), dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start,
                                    end, int(conjugate), num_threads)
+
+
+    def norm_by_positions(self, q, q_out, k, k_out, q_weight, k_weight, weight_dtypes, eps, offset, cos, sin,
+                          positions, positions_shape, lane_channels, axes, q_shape, k_shape, cache_shape, dtype,
+                          cos_dtype, rotary_mode, start, end, num_threads=0):
+        """q (and k, unless None) each normalised over its head with its own weight ([D], weight_dtypes one
+        name each; gain offset + weight, eps inside the root) and rotated by the cache rows positions pick, as
+        rotate_by_positions (kernel/cpu/rotary_kernel.h, HeadNorm)."""
+        weight_dtypes = [name.encode() for name in weight_dtypes] + [None]
+        return self._norm_positions(q, q_out, k, k_out, q_weight, k_weight, *weight_dtypes[:2], eps, offset, cos,
+                                    sin, positions, _POSITIONS_SHAPE(*positions_shape), lane_channels, *axes,
+                                    _SHAPE(*q_shape), _SHAPE(*(k_shape or q_shape)), _SHAPE(*cache_shape),
+                                    dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
+
+    def norm_by_positions_grad(self, dy, x, dx, weight, weight_grad, weight_dtype, eps, offset, cos, sin, positions,
+                               positions_shape, lane_channels, axes, shape, cache_shape, dtype, cos_dtype,
+                               rotary_mode, start, end, num_threads=0):
+        """The backward of norm_by_positions for one tensor: dx (None: not wanted) and the weight's gradient
+        (fp32 [D], None: not wanted) from dy, the output's gradient, and x, the forward's input."""
+        return self._norm_positions_grad(dy, x, dx, weight, weight_grad, weight_dtype.encode(), eps, offset, cos, sin,
+                                         positions, _POSITIONS_SHAPE(*positions_shape), lane_channels, *axes,
+                                         _SHAPE(*shape), _SHAPE(*cache_shape), dtype.encode(), cos_dtype.encode(),
+                                         rotary_mode, start, end, num_threads)
 
 
 @functools.lru_cache(maxsize=None)

@@ -103,3 +103,51 @@ def cos_sin_grads(y_side, x_side, cos_shape, rotary_mode):
     dsin[..., ya], dsin[..., yb] = -y_side[..., ya] * x_side[..., xb], y_side[..., yb] * x_side[..., xa]
     axes = tuple(axis for axis in range(3) if cos_shape[axis] == 1 and y_side.shape[axis] != 1)
     return dcos.sum(axis=axes, keepdims=True), dsin.sum(axis=axes, keepdims=True)
+
+
+NORM_SUMS = 16  # running sums of rotary_kernel.cc's sum_of_products
+
+
+def sum_of_products(a, b):
+    """float32 sum over the last axis of a * b in the C++ kernel's fixed order (rotary_kernel.cc,
+    sum_of_products): 16 running sums over 16-lane chunks, folded in halves, then the tail lanes one by one."""
+    products = np.asarray(a, np.float32) * np.asarray(b, np.float32)
+    lanes = products.shape[-1]
+    full = lanes - lanes % NORM_SUMS
+    sums = np.zeros(products.shape[:-1] + (NORM_SUMS,), np.float32)
+    for chunk in range(0, full, NORM_SUMS):
+        sums = sums + products[..., chunk:chunk + NORM_SUMS]
+    width = NORM_SUMS // 2
+    while width:
+        sums = sums[..., :width] + sums[..., width:2 * width]
+        width //= 2
+    total = sums[..., 0]
+    for lane in range(full, lanes):
+        total = total + products[..., lane]
+    return total
+
+
+def inverse_rms(x, eps):
+    """1 / sqrt(mean(x^2) + eps) over the last axis, float32, keeping it (rotary_kernel.cc, inverse_rms)."""
+    x = np.asarray(x, np.float32)
+    mean = sum_of_products(x, x) / np.float32(x.shape[-1])
+    return (np.float32(1) / np.sqrt(mean + np.float32(eps)))[..., None]
+
+
+def head_norm(x, gain, eps):
+    """The kernel's head norm (rotary_kernel.h, HeadNorm) of float32 rows: x * r * gain, gain = offset + weight."""
+    x = np.asarray(x, np.float32)
+    return x * inverse_rms(x, eps) * np.asarray(gain, np.float32)
+
+
+def head_norm_grad(d, x, gain, eps):
+    """(dx float32, the gain's gradient float64 [D] summed over every row) of head_norm at x for its output's
+    gradient d (rotary_kernel.cc, norm_grad_rows)."""
+    x, d, gain = (np.asarray(v, np.float32) for v in (x, d, gain))
+    r = inverse_rms(x, eps)
+    xhat = x * r
+    gd = d * gain
+    c = sum_of_products(gd, xhat) / np.float32(x.shape[-1])
+    dx = r * (gd - xhat * c[..., None])
+    weight_grad = (d.astype(np.float64) * xhat.astype(np.float64)).reshape(-1, x.shape[-1]).sum(axis=0)
+    return dx, weight_grad

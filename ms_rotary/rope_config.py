@@ -104,7 +104,7 @@ class RopeConfig:
         the family's layout and is required for a model_type not in FAMILY_MODES. `layer_type` (e.g.
         "sliding_attention", "full_attention": a value of config.layer_types) picks the parameters of that
         layer type where they differ by layer type (Gemma-3's local and global theta), as transformers does."""
-        fields = _as_dict(config)
+        fields = config_fields(config)
         model_type = fields.get("model_type")
         parameters = _rope_parameters(fields, model_type, layer_type)
         section, interleaved = _mrope(fields, model_type, parameters)
@@ -142,7 +142,9 @@ class RopeConfig:
                    max_positions, section, interleaved, beta)
 
 
-def _as_dict(config):
+def config_fields(config):
+    """A Hugging Face config (dict or object) as a dict of its fields; a multimodal wrapper's text config merged
+    under the wrapper's model_type."""
     if isinstance(config, dict):
         fields = dict(config)
     elif hasattr(config, "to_dict"):

@@ -25,6 +25,7 @@ enum Status : int {
   kNoUbRoom = 13,     // Ascend tiling: one row's slice does not fit in the unified buffer
   kBadCoreCount = 14, // Ascend tiling: no vector core
   kBadPositions = 15, // a position outside the cos/sin cache, or positions that do not fit dy's B and S
+  kBadHeadNorm = 16,  // a head norm's weight, epsilon or forward input missing or invalid
 };
 
 // What each status means, for errors (ms_rotary/library.py reads them through ms_rotary_status_message).
@@ -48,6 +49,7 @@ inline const char *status_message(int status) {
     case kBadPositions:
       return "a position outside the cos/sin cache, or positions (M-RoPE: or lane channels) that do not fit the "
              "tensors";
+    case kBadHeadNorm: return "a head norm's weight dtype, epsilon or forward input is missing or invalid";
     default: return nullptr;
   }
 }

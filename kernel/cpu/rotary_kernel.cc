@@ -252,13 +252,13 @@ void split_cos_sin(const U *cos, const U *sin, int64_t len, CosSinLanes &cs) {
 // One row's slice from src to dst (which may be src): chunks of kChunk pairs, then single pairs.
 // Mode 3 moves lanes between layouts, so in place every pair is rotated (into oa/ob) before any is
 // stored; otherwise each chunk is stored as soon as it is rotated.
-template <bool CONJ, Layout IN, Layout OUT, typename T>
-inline void rotate_slice(const T *src, T *dst, const CosSinLanes &cs, int64_t len) {
-  const bool store_after = IN != OUT && src == dst;
+template <bool CONJ, Layout IN, Layout OUT, typename S, typename T>
+inline void rotate_slice(const S *src, T *dst, const CosSinLanes &cs, int64_t len) {
+  const bool store_after = IN != OUT && static_cast<const void *>(src) == static_cast<const void *>(dst);
   const int64_t m = len / Blocks<IN>::count, per_block = m / 2, full = per_block - per_block % kChunk;
   float oa[kMaxHeadDim / 2], ob[kMaxHeadDim / 2];
   for (int blk = 0; blk < Blocks<IN>::count; ++blk) {
-    const T *in = src + blk * m;
+    const S *in = src + blk * m;
     T *out = dst + blk * m;
     const int64_t j0 = blk * per_block;
     int64_t i = 0;
@@ -495,6 +495,141 @@ struct PickRotateRows {
   static Fn get() { return rotate_rows_erased<MODE, CONJ, T, U>; }
 };
 
+// --- a head norm before the rotation (rotary_kernel.h, HeadNorm) -------------------------------------------
+// Sums over a row's lanes in one fixed order whatever the build's SIMD width (numpy_kernel.sum_of_products
+// states the same): 16 running sums over 16-lane chunks, folded in halves 16 -> 8 -> 4 -> 2 -> 1, then the
+// tail lanes one by one. So the numpy kernel and every build agree bit for bit.
+constexpr int kNormSums = 16;
+
+inline float sum_of_products(const float *a, const float *b, int64_t n) {
+  float acc[kNormSums] = {};
+  const int64_t full = n - n % kNormSums;
+  for (int64_t i = 0; i < full; i += kNormSums) {
+    for (int k = 0; k < kNormSums; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  for (int width = kNormSums / 2; width > 0; width /= 2) {
+    for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
+  }
+  float total = acc[0];
+  for (int64_t i = full; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+inline float inverse_rms(const float *v, int64_t n, float eps) {
+  return 1.0f / std::sqrt(sum_of_products(v, v, n) / static_cast<float>(n) + eps);
+}
+
+// The split cos/sin lanes of a row's token, kept while consecutive rows read the same cos row.
+template <int MODE, typename U>
+struct CosRowCache {
+  CosSinLanes cs;
+  int64_t cached = -1;
+  U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
+
+  const CosSinLanes &at(const Geometry &g, const U *cos, const U *sin, int64_t row) {
+    const int64_t n = row % g.N, s = (row / g.N) % g.S, b = row / (g.N * g.S);
+    const int64_t key = g.lane_channels != nullptr ? g.token(b, s, n) : g.cos_row(b, s, n);
+    if (key != cached) {
+      if (g.lane_channels != nullptr) {
+        g.gather_lanes(cos, sin, key, cos_lanes, sin_lanes);
+        split_cos_sin<ModeLayout<MODE>::y>(cos_lanes, sin_lanes, g.len, cs);
+      } else {
+        split_cos_sin<ModeLayout<MODE>::y>(cos + key * g.len, sin + key * g.len, g.len, cs);
+      }
+      cached = key;
+    }
+    return cs;
+  }
+};
+
+// Forward: each row read once into fp32, normalised (n = x * r * gain), its slice rotated from n, the row
+// written once (in place too: the row is read whole before it is written).
+template <int MODE, typename T, typename U>
+__attribute__((flatten)) void norm_rotate_rows(const T *x, T *out, const U *cos, const U *sin,
+                                               const Geometry &geometry, const float *gain, float eps,
+                                               int64_t row_begin, int64_t row_end) {
+  const Geometry g = geometry;
+  CosRowCache<MODE, U> cos_rows;
+  float v[kMaxHeadDim];
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const CosSinLanes &cs = cos_rows.at(g, cos, sin, row);
+    const T *xr = x + row * g.D;
+    T *o = out + row * g.D;
+    for (int64_t i = 0; i < g.D; ++i) v[i] = to_float(xr[i]);
+    const float r = inverse_rms(v, g.D, eps);
+    for (int64_t i = 0; i < g.D; ++i) v[i] = v[i] * r * gain[i];
+    for (int64_t i = 0; i < g.start; ++i) store(o + i, v[i]);
+    for (int64_t i = g.end; i < g.D; ++i) store(o + i, v[i]);
+    rotate_slice<false, ModeLayout<MODE>::x, ModeLayout<MODE>::y>(v + g.start, o + g.start, cs, g.len);
+  }
+}
+
+// Backward: d = R^T dy (the gradient at n), then through the norm with xhat = x * r, gd = d * gain:
+// dx = r * (gd - xhat * sum(gd * xhat) / D); the gain's gradient sum(d * xhat) over the rows, added into
+// weight_grad in double (a block of rows at a time: the caller sums the blocks in order).
+template <int MODE, typename T, typename U>
+__attribute__((flatten)) void norm_grad_rows(const T *dy, const T *x, T *dx, const U *cos, const U *sin,
+                                             const Geometry &geometry, const float *gain, float eps,
+                                             double *weight_grad, int64_t row_begin, int64_t row_end) {
+  const Geometry g = geometry;
+  CosRowCache<MODE, U> cos_rows;
+  float d[kMaxHeadDim], xhat[kMaxHeadDim], gd[kMaxHeadDim];
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const CosSinLanes &cs = cos_rows.at(g, cos, sin, row);
+    const T *dyr = dy + row * g.D, *xr = x + row * g.D;
+    for (int64_t i = 0; i < g.start; ++i) d[i] = to_float(dyr[i]);
+    for (int64_t i = g.end; i < g.D; ++i) d[i] = to_float(dyr[i]);
+    rotate_slice<true, ModeLayout<MODE>::y, ModeLayout<MODE>::x>(dyr + g.start, d + g.start, cs, g.len);
+    for (int64_t i = 0; i < g.D; ++i) xhat[i] = to_float(xr[i]);
+    const float r = inverse_rms(xhat, g.D, eps);
+    for (int64_t i = 0; i < g.D; ++i) {
+      xhat[i] = xhat[i] * r;
+      gd[i] = d[i] * gain[i];
+    }
+    if (weight_grad != nullptr) {
+      for (int64_t i = 0; i < g.D; ++i) weight_grad[i] += static_cast<double>(d[i]) * static_cast<double>(xhat[i]);
+    }
+    if (dx == nullptr) continue;
+    const float c = sum_of_products(gd, xhat, g.D) / static_cast<float>(g.D);
+    T *dxr = dx + row * g.D;
+    for (int64_t i = 0; i < g.D; ++i) store(dxr + i, r * (gd[i] - xhat[i] * c));
+  }
+}
+
+using NormFn = void (*)(const void *, void *, const void *, const void *, const Geometry &, const float *, float,
+                        int64_t, int64_t);
+using NormGradFn = void (*)(const void *, const void *, void *, const void *, const void *, const Geometry &,
+                            const float *, float, double *, int64_t, int64_t);
+
+template <int MODE, typename T, typename U>
+void norm_rotate_rows_erased(const void *x, void *out, const void *cos, const void *sin, const Geometry &g,
+                             const float *gain, float eps, int64_t b, int64_t e) {
+  DefaultFpEnvironment fp_environment;
+  norm_rotate_rows<MODE>(static_cast<const T *>(x), static_cast<T *>(out), static_cast<const U *>(cos),
+                         static_cast<const U *>(sin), g, gain, eps, b, e);
+}
+
+template <int MODE, typename T, typename U>
+void norm_grad_rows_erased(const void *dy, const void *x, void *dx, const void *cos, const void *sin,
+                           const Geometry &g, const float *gain, float eps, double *weight_grad, int64_t b,
+                           int64_t e) {
+  DefaultFpEnvironment fp_environment;
+  norm_grad_rows<MODE>(static_cast<const T *>(dy), static_cast<const T *>(x), static_cast<T *>(dx),
+                       static_cast<const U *>(cos), static_cast<const U *>(sin), g, gain, eps, weight_grad, b, e);
+}
+
+struct PickNormRows {
+  using Fn = NormFn;
+  template <int MODE, typename T, typename U>
+  static Fn get() { return norm_rotate_rows_erased<MODE, T, U>; }
+};
+
+struct PickNormGradRows {
+  using Fn = NormGradFn;
+  template <int MODE, typename T, typename U>
+  static Fn get() { return norm_grad_rows_erased<MODE, T, U>; }
+};
+
 // Each thread gets at least this many rotated lanes: below it a second thread costs more to start than it
 // saves (benchmarks/NOTES.md, "Threading threshold"). So a call starts the threads its work pays for, not one
 // per core: on a many-core server MindSpore's own threads share those cores, and a thread per core per call
@@ -534,6 +669,56 @@ void parallel_for(int threads, int64_t count, const Work &work) {
   for (auto &w : workers) w.join();
 }
 
+
+// The weight gradient's rows are summed a block at a time into their own partial sums, added in block order:
+// the result does not depend on the thread count.
+constexpr int64_t kNormGradBlockRows = 256;
+
+float weight_at(const HeadNorm &norm, int64_t i) {
+  switch (norm.weight_dtype) {
+    case kFloat32: return static_cast<const float *>(norm.weight)[i];
+    case kFloat16: return to_float(static_cast<const _Float16 *>(norm.weight)[i]);
+    default: return to_float(static_cast<const BF16 *>(norm.weight)[i]);
+  }
+}
+
+Status run_head_norm(const RotaryProblem &p, const Geometry &g, int64_t rows, int num_threads) {
+  const HeadNorm &norm = p.norm;
+  std::vector<float> gain;
+  std::vector<double> sums;
+  const int64_t blocks = (rows + kNormGradBlockRows - 1) / kNormGradBlockRows;
+  try {
+    gain.resize(g.D);
+    if (p.conjugate && norm.weight_grad != nullptr) sums.assign(blocks * g.D, 0.0);
+  } catch (const std::exception &) {
+    return kShapeTooLarge;
+  }
+  for (int64_t i = 0; i < g.D; ++i) gain[i] = norm.offset + weight_at(norm, i);  // Gemma: 1.0 + w.float()
+  if (!p.conjugate) {
+    void *out = p.out != nullptr ? p.out : p.dy;
+    const NormFn fn = pick_instance<PickNormRows>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
+    const int threads = pick_threads(num_threads, rows, rows * g.D);
+    parallel_for(threads, rows, [&](int64_t b, int64_t e) { fn(p.dy, out, p.cos, p.sin, g, gain.data(), norm.eps, b, e); });
+    return kOk;
+  }
+  const NormGradFn fn = pick_instance<PickNormGradRows>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
+  const int threads = pick_threads(num_threads, blocks, rows * g.D);
+  parallel_for(threads, blocks, [&](int64_t b, int64_t e) {
+    for (int64_t block = b; block < e; ++block) {
+      fn(p.dy, norm.x, p.out, p.cos, p.sin, g, gain.data(), norm.eps,
+         sums.empty() ? nullptr : sums.data() + block * g.D, block * kNormGradBlockRows,
+         std::min(rows, (block + 1) * kNormGradBlockRows));
+    }
+  });
+  if (norm.weight_grad != nullptr) {
+    for (int64_t i = 0; i < g.D; ++i) {
+      double total = 0.0;
+      for (int64_t block = 0; block < blocks; ++block) total += sums[block * g.D + i];
+      norm.weight_grad[i] = static_cast<float>(total);
+    }
+  }
+  return kOk;
+}
 
 bool is_empty(const RotaryProblem &p) { return is_empty_work(p.dy_shape, p.cos_shape, p.start, p.end); }
 
@@ -638,6 +823,11 @@ DType dtype_from_name(const char *name) {
 Status check_rotary(const RotaryProblem &p) {
   if (p.dy_dtype == kBadDType || p.cos_dtype == kBadDType || p.sin_dtype == kBadDType) return kBadDTypeCode;
   if (p.cos_dtype != p.sin_dtype) return kCosSinMismatch;
+  const HeadNorm &norm = p.norm;
+  if (norm.weight != nullptr && (norm.weight_dtype == kBadDType || !std::isfinite(norm.eps) || norm.eps < 0.0f ||
+                                 !std::isfinite(norm.offset) || (p.conjugate && norm.x == nullptr))) {
+    return kBadHeadNorm;
+  }
   if (p.positions.values != nullptr) return check_positions(p);
   return check_shapes(p.dy_shape, p.cos_shape, p.sin_shape, dtype_bytes(p.dy_dtype), dtype_bytes(p.cos_dtype),
                       p.rotary_mode, p.start, p.end);
@@ -646,7 +836,7 @@ Status check_rotary(const RotaryProblem &p) {
 Status run_rotary(const RotaryProblem &p, int num_threads) {
   const Status status = check_rotary(p);
   if (status != kOk) return status;
-  if (is_empty(p)) {
+  if (is_empty(p) && p.norm.weight == nullptr) {
     if (p.out != nullptr && p.out != p.dy) {
       std::memcpy(p.out, p.dy, element_count(p.dy_shape) * dtype_bytes(p.dy_dtype));
     }
@@ -665,9 +855,10 @@ Status run_rotary(const RotaryProblem &p, int num_threads) {
     g.lane_channels = pos.channels > 1 ? pos.lane_channels : nullptr;
     g.channel_stride = pos.batch * pos.seq;
   }
+  const int64_t rows = B * S * N;
+  if (p.norm.weight != nullptr) return run_head_norm(p, g, rows, num_threads);
   const RowFn fn = p.conjugate ? pick_instance<PickRotateRows<true>>(p.rotary_mode, p.dy_dtype, p.cos_dtype)
                                : pick_instance<PickRotateRows<false>>(p.rotary_mode, p.dy_dtype, p.cos_dtype);
-  const int64_t rows = B * S * N;
   const int threads = pick_threads(num_threads, rows, rows * g.len);
   parallel_for(threads, rows, [&](int64_t b, int64_t e) { fn(p.dy, out, p.cos, p.sin, g, b, e); });
   return kOk;

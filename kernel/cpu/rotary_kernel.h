@@ -17,6 +17,20 @@ struct Positions : PositionsShape {
   const int64_t *lane_channels = nullptr;  // [end - start] when channels > 1
 };
 
+// Optional: each whole row (head) RMS-normalised before its slice is rotated, as Qwen3's and Gemma-3's
+// q_norm/k_norm do: n = x * r * (offset + weight), r = 1 / sqrt(mean(x^2) + eps), in fp32, rounded once on
+// store with the rotation. With `conjugate` the call is that forward's backward: dy is the gradient of its
+// output, `x` the forward's input; `out` receives dx (null: not wanted) and `weight_grad` the weight's
+// gradient, fp32 [D] (null: not wanted).
+struct HeadNorm {
+  const void *weight = nullptr;  // [D] in weight_dtype; null: no norm
+  DType weight_dtype = kFloat32;
+  float eps = 0.0f;
+  float offset = 0.0f;           // 1 for Gemma's (1 + weight)
+  const void *x = nullptr;
+  float *weight_grad = nullptr;
+};
+
 struct RotaryProblem {
   void *dy;                // [B, S, N, D], rotated in place on [start, end) unless `out` is set
   void *out;               // null: in place; else [B, S, N, D] receiving dy with the slice rotated
@@ -34,6 +48,7 @@ struct RotaryProblem {
   bool conjugate;          // false: forward y = x*cos + rot(x)*sin; true: its transpose (the grad)
   // Optional: cos/sin rows gathered by position from a cache [1, P, 1, end - start] (see Positions).
   Positions positions;
+  HeadNorm norm;           // optional (see HeadNorm)
 };
 
 // The most threads one call uses (a requested count above it is capped; $MS_ROTARY_NUM_THREADS above it is

@@ -30,6 +30,7 @@ from ..constraints import (
     check_cache_read,
     check_cache_read_call,
     check_dtypes,
+    check_norm_weight,
     check_positions_range,
     check_shapes,
     element_dtype,
@@ -83,6 +84,56 @@ def result_after_write(rotated, written):
     return ops.depend(rotated, written)
 
 
+def _with_attrs(info, call, attrs):
+    """rotary_mode, partial_slice and `attrs` (strings, floats or lists of ints), values per instance."""
+    slice_attr = list(call.partial_slice) if call.partial_slice is not None else SLICE_FROM_COS
+    info = (info.attr("rotary_mode", "required", "int", value=int(call.rotary_mode))
+            .attr("partial_slice", "required", "listInt", value=slice_attr))
+    for name, value in (attrs or {}).items():
+        if isinstance(value, str):
+            info = info.attr(name, "required", "str", value=value)
+        elif isinstance(value, float):
+            info = info.attr(name, "required", "float", value=value)
+        else:
+            info = info.attr(name, "required", "listInt", value=list(value))
+    return info
+
+
+def norm_reg_info(op_name, call, target, input_names, attrs, weight_grad=False):
+    """CustomRegOp info of a head norm's primitive: inputs `input_names` (the rotated-like tensors, then cos, sin,
+    positions, weight), one output shaped like the first input (the weight's gradient: fp32 [D]); every dtype of
+    the tensors, of cos/sin and of the weight."""
+    info = CustomRegOp(op_name)
+    for index, name in enumerate(input_names):
+        info = info.input(index, name)
+    info = _with_attrs(info.output(0, "weight_grad" if weight_grad else "out"), call, attrs)
+    tensors = len(input_names) - 4
+    for x_type, cos_type, weight_type in itertools.product(FLOAT_FORMATS, repeat=3):
+        info = info.dtype_format(*[x_type] * tensors, cos_type, cos_type, DataType.I64_Default, weight_type,
+                                 DataType.F32_Default if weight_grad else x_type)
+    return info.target(target).get_op_info()
+
+
+def norm_infer_functions(call, name, weight_name, tensors=1, weight_grad=False, float32_for_bf16=False):
+    """out_shape/out_dtype of a head norm's primitive (norm_reg_info's inputs; `tensors` 1 for the forward's x,
+    2 for the backward's dy and x): every rule checked, so bad input fails before a kernel runs."""
+    def infer_shape(*shapes):
+        x_shape, (cos_shape, sin_shape, positions_shape, weight_shape) = shapes[tensors - 1], shapes[tensors:]
+        check_cache_read(call, (x_shape,), cos_shape, sin_shape, positions_shape, (name,))
+        check_norm_weight(weight_name, call.cache.head_dim, shape=weight_shape)
+        return [call.cache.head_dim] if weight_grad else list(x_shape)
+
+    def infer_dtype(*dtypes):
+        x_dtype, (cos_dtype, sin_dtype, _, weight_dtype) = dtypes[tensors - 1], dtypes[tensors:]
+        check_dtypes(x_dtype, cos_dtype, sin_dtype, name)
+        check_norm_weight(weight_name, call.cache.head_dim, dtype=weight_dtype)
+        if weight_grad or (float32_for_bf16 and element_dtype(x_dtype) == ms.bfloat16):
+            return ms.float32
+        return x_dtype
+
+    return infer_shape, infer_dtype
+
+
 def reg_info(op_name, call, target, output_names, attrs=None, extra_inputs=()):
     """CustomRegOp info of one primitive: inputs the rotated tensors, cos, sin and `extra_inputs` ((name,
     DataType) pairs: the positions of a cache read, the Ascend ops' lane masks), outputs `output_names`, every
@@ -95,14 +146,7 @@ def reg_info(op_name, call, target, output_names, attrs=None, extra_inputs=()):
         info = info.input(index, name)
     for index, name in enumerate(output_names):
         info = info.output(index, name)
-    slice_attr = list(call.partial_slice) if call.partial_slice is not None else SLICE_FROM_COS
-    info = (info.attr("rotary_mode", "required", "int", value=int(call.rotary_mode))
-            .attr("partial_slice", "required", "listInt", value=slice_attr))
-    for name, value in (attrs or {}).items():
-        if isinstance(value, str):
-            info = info.attr(name, "required", "str", value=value)
-        else:
-            info = info.attr(name, "required", "listInt", value=list(value))
+    info = _with_attrs(info, call, attrs)
     extra = tuple(data_type for _, data_type in extra_inputs)
     for dy_type, cos_type in itertools.product(FLOAT_FORMATS, FLOAT_FORMATS):
         info = info.dtype_format(*[dy_type] * len(rotated), cos_type, cos_type, *extra,
@@ -166,12 +210,20 @@ def positions_3d(shape, channels):
     return view
 
 
+def positions_index(call):
+    """Where a cache read's positions sit in its inputs: after the rotated tensors, cos and sin."""
+    return len(call.rotated_names) + 2
+
+
 def tensor_positions(call, inputs):
     """inputs with a cache read's positions as a tensor: a primitive called in PyNative (and autograd's
     record) takes a numpy array for a shapeless constant."""
-    if call.cache is None or isinstance(inputs[-1], ms.Tensor):
+    if call.cache is None:
         return inputs
-    return (*inputs[:-1], ms.Tensor(inputs[-1]))
+    at = positions_index(call)
+    if isinstance(inputs[at], ms.Tensor):
+        return inputs
+    return (*inputs[:at], ms.Tensor(inputs[at]), *inputs[at + 1:])
 
 
 def host_positions(positions, channels):
@@ -179,6 +231,20 @@ def host_positions(positions, channels):
     [channels, 1|B, S] on the host."""
     array = positions.asnumpy() if isinstance(positions, ms.Tensor) else positions
     return np.ascontiguousarray(array, np.int64).reshape(positions_3d(array.shape, channels))
+
+
+def checked_norm_weights(call, weights):
+    """A head norm's weights (none without a norm), checked and contiguous."""
+    if call.norm is None:
+        return ()
+    for name, weight in zip(call.weight_names, weights):
+        if not isinstance(weight, ms.Tensor):
+            raise TypeError(f"ms_rotary.RotaryEmbedding: {name} must be a mindspore.Tensor, got "
+                            f"{type(weight).__name__}")
+        check_norm_weight(name, call.cache.head_dim, tuple(weight.shape), weight.dtype)
+        if weight.init is not None:  # made with init= and not yet materialised
+            weight.init_data()
+    return tuple(weight.contiguous() for weight in weights)
 
 
 class Unguarded(nn.Cell):
@@ -218,8 +284,8 @@ class RotaryKernel(nn.Cell):
                              inputs[0].size >= EAGER_OUT_OF_PLACE_MIN_SIZE):
             return self.run_now(*inputs)
         if self.call.cache is not None:  # off the host: a clear error before the device's kernel, as on the host
-            check_positions_range(host_positions(inputs[-1], self.call.cache.channels), inputs[self.count].shape[1],
-                                  self.call.cache.rows_per_call)
+            check_positions_range(host_positions(inputs[positions_index(self.call)], self.call.cache.channels),
+                                  inputs[self.count].shape[1], self.call.cache.rows_per_call)
         return super().__call__(*tensor_positions(self.call, inputs))
 
     def write_guard(self, message):
@@ -233,7 +299,7 @@ class RotaryKernel(nn.Cell):
         if self.call.cache is None:
             return self._run_tables_now(rotated[0], cos, sin)
         positions = host_positions(inputs[self.count + 2], self.call.cache.channels)
-        return self._run_cache_read_now(rotated, cos, sin, positions)
+        return self._run_cache_read_now(rotated, cos, sin, positions, inputs[self.count + 3:])
 
     def _run_tables_now(self, dy, cos, sin):
         call = self.call
@@ -250,15 +316,16 @@ class RotaryKernel(nn.Cell):
         self.rotate_now(src, out, cos, sin, start, end)
         return out
 
-    def _run_cache_read_now(self, tensors, cos, sin, positions):
-        """By positions [channels, 1|B, S] read on the host. No op of its own joins MindSpore's queue (each
-        would cost a round trip through it before the kernel could run): small results are numpy buffers the
-        new tensors share; large ones come from MindSpore's memory pool, whose pages are already mapped (fresh
-        pages would cost more than the wait for the allocation)."""
+    def _run_cache_read_now(self, tensors, cos, sin, positions, weights=()):
+        """By positions [channels, 1|B, S] read on the host (with a head norm, its `weights` too). No op of its
+        own joins MindSpore's queue (each would cost a round trip through it before the kernel could run): small
+        results are numpy buffers the new tensors share; large ones come from MindSpore's memory pool, whose pages
+        are already mapped (fresh pages would cost more than the wait for the allocation)."""
         call = self.call
         _checked_cache_read(call, tuple(tuple(t.shape) for t in tensors), tuple(cos.shape), tuple(sin.shape),
                             positions.shape, tuple(t.dtype for t in tensors), cos.dtype, sin.dtype)
         check_positions_range(positions, cos.shape[1], call.cache.rows_per_call)
+        weights = checked_norm_weights(call, weights)
         if call.in_place:
             for tensor, name in zip(tensors, call.rotated_names):
                 require_contiguous(tensor, name)
@@ -273,10 +340,23 @@ class RotaryKernel(nn.Cell):
             outs = [np.empty(tuple(t.shape), HOST_DTYPES[dtype_name]) for t in tensors]
             targets = outs
         _pynative_executor.sync()  # the ops that produce q and k (and the pooled results) have run
-        self.rotate_at_now(tensors, None if call.in_place else targets, cos.contiguous(), sin.contiguous(), positions)
+        self.rotate_at_now(tensors, None if call.in_place else targets, cos.contiguous(), sin.contiguous(), positions,
+                           *weights)
         if not (call.in_place or pooled):
             outs = [tensor_sharing(out, dtype_name) for out in outs]
         return outs[0] if self.count == 1 else tuple(outs)
+
+    def norm_grads_now(self, dy, x, cos, sin, positions, weight):
+        """The backward of a head norm's call for one tensor x (its forward input) from dy, its output's
+        gradient: (dx, the weight's gradient in the weight's dtype), on host memory, in one pass."""
+        call = self.call
+        positions = host_positions(positions, call.cache.channels)
+        dy = dy.astype(x.dtype) if dy.dtype != x.dtype else dy
+        dy, x, weight, cos, sin = (t.contiguous() for t in (dy, x, weight, cos, sin))
+        dx, weight_grad = mint.empty_like(x), mint.empty((call.cache.head_dim,), dtype=ms.float32)
+        _pynative_executor.sync()
+        self.norm_grads_at_now(dy, x, dx, weight, weight_grad, cos, sin, positions)
+        return dx, weight_grad.astype(weight.dtype)
 
     def eager_cos_sin_grads(self, y_side, x_side, cos):
         """dcos, dsin (cos's shape and dtype) of this call's rotation on tables: y_side in y's lane layout, x_side

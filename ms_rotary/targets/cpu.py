@@ -6,15 +6,25 @@ from mindspore.ops import DataType
 
 from .. import library
 from ..constraints import element_dtype, position_outside_cache
-from .base import DTYPE_NAMES, RotaryKernel, infer_functions, positions_3d, reg_info
+from .base import (
+    DTYPE_NAMES,
+    RotaryKernel,
+    infer_functions,
+    norm_infer_functions,
+    norm_reg_info,
+    positions_3d,
+    reg_info,
+)
 
 
 def cache_read_attrs(call):
-    """The attributes of a primitive reading a cache: the layout's axes and, with several position channels,
-    each lane's channel."""
+    """The attributes of a primitive reading a cache: the layout's axes, with several position channels each
+    lane's channel, with a head norm its epsilon and offset."""
     attrs = {"positions_axes": list(call.cache.axes)}
     if call.cache.lane_channels is not None:
         attrs["lane_channels"] = list(call.cache.lane_channels)
+    if call.norm is not None:
+        attrs.update(norm_eps=float(call.norm.eps), norm_offset=float(call.norm.offset))
     return attrs
 
 
@@ -26,6 +36,17 @@ class CpuKernel(RotaryKernel):
             entry = library.AOT_ENTRIES[int(call.conjugate)]
             self.prim = self._primitive(entry, (call.input_name,), {})
             self.traced = self.prim
+        elif call.norm is not None:  # per tensor: the forward, the backward's dx and its weight gradient
+            error = position_outside_cache("{position}", "{cache_rows}", call.cache.rows_per_call)
+            attrs = {**cache_read_attrs(call), "position_error": error}
+            forward, dx, weight_grad = library.AOT_NORM_ENTRIES
+            for name, weight in zip(call.rotated_names, call.weight_names):
+                setattr(self, f"norm_{name}", self._norm_primitive(forward, (name,), weight, attrs))
+                setattr(self, f"dx_{name}", self._norm_primitive(dx, ("dout", name), weight, attrs))
+                setattr(self, f"dweight_{name}", self._norm_primitive(weight_grad, ("dout", name), weight, attrs,
+                                                                       True))
+            self.channels = call.cache.channels
+            self.traced = self._traced_norm_q_and_k if call.cache.with_k else self._traced_norm_q
         else:  # one primitive per tensor: MindSpore 2.10's CPU AOT kernels take one output
             entry = library.AOT_POSITIONS_ENTRIES[int(call.conjugate)]
             error = position_outside_cache("{position}", "{cache_rows}", call.cache.rows_per_call)
@@ -42,8 +63,31 @@ class CpuKernel(RotaryKernel):
         return ops.Custom(f"{library.LIB_PATH}:{entry}", infer_shape, infer_dtype, func_type="aot",
                           reg_info=reg_info(entry, self.call, "CPU", ["dx"], attrs, extra_inputs))
 
+    def _norm_primitive(self, entry, tensor_names, weight_name, attrs, weight_grad=False):
+        names = (*tensor_names, "cos", "sin", "positions", weight_name)
+        infer_shape, infer_dtype = norm_infer_functions(self.call, tensor_names[-1], weight_name, len(tensor_names),
+                                                        weight_grad)
+        return ops.Custom(f"{library.LIB_PATH}:{entry}", infer_shape, infer_dtype, func_type="aot",
+                          reg_info=norm_reg_info(entry, self.call, "CPU", names, attrs, weight_grad))
+
     def construct(self, *inputs):
         return self.traced(*inputs)
+
+    def _traced_norm_q(self, q, cos, sin, positions, q_weight):
+        return self.norm_q(q, cos, sin, positions.reshape(positions_3d(positions.shape, self.channels)), q_weight)
+
+    def _traced_norm_q_and_k(self, q, k, cos, sin, positions, q_weight, k_weight):
+        positions = positions.reshape(positions_3d(positions.shape, self.channels))
+        return self.norm_q(q, cos, sin, positions, q_weight), self.norm_k(k, cos, sin, positions, k_weight)
+
+    def norm_grads_q(self, dout, q, cos, sin, positions, weight):
+        """Traced: (dq, the weight's gradient in fp32) of a head norm's call."""
+        positions = positions.reshape(positions_3d(positions.shape, self.channels))
+        return self.dx_q(dout, q, cos, sin, positions, weight), self.dweight_q(dout, q, cos, sin, positions, weight)
+
+    def norm_grads_k(self, dout, k, cos, sin, positions, weight):
+        positions = positions.reshape(positions_3d(positions.shape, self.channels))
+        return self.dx_k(dout, k, cos, sin, positions, weight), self.dweight_k(dout, k, cos, sin, positions, weight)
 
     def write_guard(self, message):
         return WriteGuard(message) if self.on_host else super().write_guard(message)
@@ -63,17 +107,38 @@ class CpuKernel(RotaryKernel):
             DTYPE_NAMES[element_dtype(sin.dtype)], call.rotary_mode, start, end, call.conjugate)
         library.raise_for_status(status)
 
-    def rotate_at_now(self, tensors, outs, cos, sin, positions):
+    def rotate_at_now(self, tensors, outs, cos, sin, positions, *weights):
         call, cache = self.call, self.call.cache
         out_ptrs = [None] * len(tensors) if outs is None else \
             [out.data_ptr() if isinstance(out, ms.Tensor) else out.ctypes.data for out in outs]
         k, k_out, k_shape = (tensors[1].data_ptr(), out_ptrs[1], tensors[1].shape) if cache.with_k else \
             (None, None, None)
+        if call.norm is not None:
+            status = library.load().norm_by_positions(
+                tensors[0].data_ptr(), out_ptrs[0], k, k_out, weights[0].data_ptr(),
+                weights[1].data_ptr() if cache.with_k else None,
+                [DTYPE_NAMES[element_dtype(weight.dtype)] for weight in weights], call.norm.eps,
+                call.norm.offset, cos.data_ptr(), sin.data_ptr(), positions.ctypes.data, positions.shape,
+                library.lane_channels_pointer(cache.lane_channels), cache.axes, tensors[0].shape, k_shape, cos.shape,
+                DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
+                call.rotary_mode, call.partial_slice[0], call.partial_slice[1])
+            library.raise_for_status(status)
+            return
         status = library.load().rotate_by_positions(
             tensors[0].data_ptr(), out_ptrs[0], k, k_out, cos.data_ptr(), sin.data_ptr(), positions.ctypes.data,
             positions.shape, library.lane_channels_pointer(cache.lane_channels), cache.axes, tensors[0].shape,
             k_shape, cos.shape, DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
             call.rotary_mode, call.partial_slice[0], call.partial_slice[1], call.conjugate)
+        library.raise_for_status(status)
+
+    def norm_grads_at_now(self, dy, x, dx, weight, weight_grad, cos, sin, positions):
+        call, cache = self.call, self.call.cache
+        status = library.load().norm_by_positions_grad(
+            dy.data_ptr(), x.data_ptr(), dx.data_ptr(), weight.data_ptr(), weight_grad.data_ptr(),
+            DTYPE_NAMES[element_dtype(weight.dtype)], call.norm.eps, call.norm.offset, cos.data_ptr(), sin.data_ptr(),
+            positions.ctypes.data, positions.shape, library.lane_channels_pointer(cache.lane_channels), cache.axes,
+            x.shape, cos.shape, DTYPE_NAMES[element_dtype(x.dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
+            call.rotary_mode, call.partial_slice[0], call.partial_slice[1])
         library.raise_for_status(status)
 
     def cos_sin_grads_now(self, y_side, x_side, dcos, dsin, start, end):
@@ -108,3 +173,4 @@ def _write_guard_info(message):
     for data_type in (DataType.F32_Default, DataType.F16_Default, DataType.BF16_Default):
         info = info.dtype_format(data_type, data_type, DataType.I32_Default)
     return info.target("CPU").get_op_info()
+
