@@ -226,6 +226,51 @@ def test_layouts_mrope_and_a_trainable_cache_match_the_composed_network(layout, 
     assert np.abs(caches[0].asnumpy()).max() > 0.1  # the cache is trained, not handed zeros
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decode_loop_equals_the_full_sequence_bit_for_bit(backend):
+    """Prefill of the first tokens, then one token a step at its position inside one compiled network: each step's
+    q and k rows are the full sequence's, bit for bit (each row normalised and rotated alone)."""
+    layer = _layer(1, backend, 1.0)
+    rng = np.random.default_rng(4)
+    (q, k, wq, wk), _ = _inputs(rng, "bfloat16", "float32")
+    full_q, full_k = layer(q, k, ms.Tensor(POSITIONS), wq, wk)
+    cell = _UserCell(layer)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        steps = [cell(q[:, :2], k[:, :2], ms.Tensor(POSITIONS[:, :2]), wq, wk)]
+        steps += [cell(q[:, s:s + 1], k[:, s:s + 1], ms.Tensor(POSITIONS[:, s:s + 1]), wq, wk) for s in range(2, S)]
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    for got, want in ((ops.cat([q_rot for q_rot, _ in steps], 1), full_q),
+                      (ops.cat([k_rot for _, k_rot in steps], 1), full_k)):
+        assert np.array_equal(raw_bits(got), raw_bits(want))
+
+
+@pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
+def test_dynamic_rope_and_llama4_scaling_compose_with_the_norm(exec_mode):
+    """Rows computed per call (dynamic NTK) and Llama-4's q scaling around the fused call: the composed network's
+    numbers."""
+    scaling = {"rope_type": "dynamic", "factor": 2.0}
+    normed = RotaryEmbedding(D, None, 0, rope_theta=100.0, rope_scaling=scaling, max_position_embeddings=8,
+                             qk_norm_eps=EPS)
+    plain = RotaryEmbedding(D, None, 0, rope_theta=100.0, rope_scaling=scaling, max_position_embeddings=8)
+    (q, k, wq, wk), _ = _inputs(np.random.default_rng(6), "float32", "float32")
+    positions = ms.Tensor(POSITIONS + 20)  # past the original maximum: the frequencies follow the length
+    got = _run(exec_mode, _UserCell(normed), q, k, positions, wq, wk)
+    want = _run(exec_mode, _composed(plain, 0.0), q, k, positions, wq, wk)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=2e-5)
+    scaled = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                  original_max_position_embeddings=4)
+    normed, plain = (RotaryEmbedding(D, None, 0, rope_theta=100.0, rope_scaling=scaled, cache_positions=CACHE * 2,
+                                     llama_4_scaling_beta=0.1, **extra) for extra in ({"qk_norm_eps": EPS}, {}))
+    positions = ms.Tensor(POSITIONS)  # 0..15, the scale stepping every 4 (original_max_position_embeddings)
+    got = _run(exec_mode, _UserCell(normed), q, k, positions, wq, wk)
+    want = _run(exec_mode, _composed(plain, 0.0), q, k, positions, wq, wk)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=2e-5)
+
+
 def test_each_backend_and_thread_count_give_the_same_bits():
     """The compiled kernel and the numpy kernel agree bit for bit on values and dx (the same fp32 operations in
     the same order, the sums over a head in one fixed order); the weights' gradients, summed in double, within an

@@ -223,6 +223,7 @@ int run_norm_positions(int nparam, void **params, int *ndims, int64_t **shapes, 
                                    : !same_shape(shapes[0], shapes[out_at])) {
     return ms_rotary::kBadRank;
   }
+  if (what != NormOut::kForward && !same_shape(shapes[0], shapes[1])) return ms_rotary::kBadRank;  // dy, x
   auto *attrs = static_cast<AotExtraView *>(extra);
   if (attrs == nullptr || !attrs->HasAttr("norm_eps") || !attrs->HasAttr("norm_offset")) {
     refuse(ms_rotary::kMissingAttr);
