@@ -25,7 +25,7 @@ NOT_IN_THE_TABLE = frozenset((
     'gemma4_vision', 'glm4_moe', 'glm4_moe_lite', 'glm4v', 'glm4v_moe', 'glm4v_moe_text', 'glm4v_moe_vision',
     'glm4v_text', 'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
     'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
-    'idefics_perciever', 'idefics_vision', 'laguna', 'lasr_ctc', 'mellum', 'minimax_m3_vl', 'minimax_m3_vl_text',
+    'idefics_perciever', 'idefics_vision', 'lasr_ctc', 'minimax_m3_vl', 'minimax_m3_vl_text',
     'minimax_m3_vl_vision', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',
     'moonshine', 'moonshine_streaming_encoder', 'moshi_depth', 'muse_glimmer_vision', 'muse_spark_audio',
     'muse_spark_vision', 'nanochat', 'nemo_speechlm', 'nemotron3_5_transcribe_audio', 'nemotron3_diarization',
@@ -34,7 +34,7 @@ NOT_IN_THE_TABLE = frozenset((
     'qwen2_5_vl_vision', 'qwen2_vl_vision', 'qwen3_5_moe_vision', 'qwen3_5_vision', 'qwen3_omni_moe',
     'qwen3_omni_moe_audio_encoder', 'qwen3_omni_moe_text', 'qwen3_omni_moe_thinker', 'qwen3_omni_moe_vision_encoder',
     'qwen3_vl_moe_vision', 'qwen3_vl_vision', 'qwen4_exp_vision', 'step3p5_vision', 'unlimited_ocr_sam_vision_model',
-    'unlimited_ocr_vision', 'unlimited_ocr_vision_encoder', 'zamba2', 'zaya'
+    'unlimited_ocr_vision', 'unlimited_ocr_vision_encoder', 'zamba2'
 ))
 
 
@@ -163,7 +163,15 @@ def test_top_level_original_length_local_theta_and_family_defaults_are_read():
 @pytest.mark.parametrize("name, config_json, positions, layer_type", [
     ("Phi-3.5 short", PHI35, [0, 5, 299], None), ("Phi-3.5 long", PHI35, [0, 300, 5000], None),
     ("Gemma-3 sliding", GEMMA3, [0, 7, 3100], "sliding_attention"),
-    ("Gemma-3 full", GEMMA3, [0, 7, 3100], "full_attention"), ("gpt_oss defaults", GPT_OSS, [0, 7, 3100], None)])
+    ("Gemma-3 full", GEMMA3, [0, 7, 3100], "full_attention"), ("gpt_oss defaults", GPT_OSS, [0, 7, 3100], None),
+    # families whose default config uses one of their two nested layer types: the other, as a config using it
+    *((f"{model_type} {layer_type}", {"model_type": model_type, "num_hidden_layers": 2, "layer_types": types,
+                                       "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
+                                       "max_position_embeddings": 4096, "sliding_window": 512}, [0, 7, 3100],
+       layer_type)
+      for model_type, types in (("mellum", ["full_attention", "sliding_attention"]),
+                                ("laguna", ["full_attention", "sliding_attention"]),
+                                ("zaya", ["hybrid", "hybrid_sliding"])) for layer_type in types)])
 def test_hub_configs_give_transformers_tables(transformers, name, config_json, positions, layer_type):
     rope = RopeConfig.from_config(config_json, layer_type=layer_type)
     cos, _ = rope.cos_sin(np.array(positions), seq_len=None)

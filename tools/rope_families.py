@@ -48,11 +48,13 @@ def rotary_module(model_type):
 
 
 def layer_types(model_type):
-    """The layer types whose rope parameters differ in the family's default config ([None] if not nested)."""
+    """The layer types whose rope parameters differ in the family's default config ([None] if not nested): those
+    its layers use (a rotary class such as Mellum's builds only the types in config.layer_types)."""
     config = rotary_module(model_type)[0]
     parameters = getattr(config, "rope_parameters", None) or {}
     nested = [key for key, value in parameters.items() if isinstance(value, dict)]
-    return nested or [None]
+    used = set(getattr(config, "layer_types", None) or ()) & set(nested)  # DeepSeek-V4's keys are no layer types
+    return [key for key in nested if key in used or not used] or [None]
 
 
 def compare(model_type, mode, layer_type=None):
