@@ -91,7 +91,8 @@ class QueryScale(nn.Cell):
 class RotaryEmbedding(nn.Cell):
     """RotaryEmbedding(head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
     max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None, layout="BSND",
-    mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False, llama_4_scaling_beta=None)
+    mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False, llama_4_scaling_beta=None,
+    qk_norm_eps=None, qk_norm_offset=0.0, transposed=False)
 
     One of cache_positions and max_position_embeddings is required: the cache covers positions
     [0, cache_positions), cache_positions defaulting to max_position_embeddings. partial_slice: the rotated lanes
@@ -114,13 +115,16 @@ class RotaryEmbedding(nn.Cell):
     network keeps the cache it was compiled with and refuses a position past it by name. rope types "dynamic"
     and "longrope" have no cache: each call's rows are computed from its length (ms_rotary.length_rope), any
     position >= 0. llama_4_scaling_beta (Ministral-3, Mistral-4): q_rot is multiplied by Llama-4's attention
-    temperature at its position (RopeConfig.query_scale).
+    temperature at its position (RopeConfig.query_scale). transposed=True (NanoChat): pairs turn by -angle (the
+    cache's sin negated). qk_norm_eps (and qk_norm_offset, 1 for Gemma's 1 + weight): each head of q and k
+    RMS-normalised before the rotation in the same pass; the call then takes the norms' weights,
+    rope(q, k, positions, q_norm_weight, k_norm_weight).
     """
 
     def __init__(self, head_dim, partial_slice, rotary_mode, rope_theta=10000.0, rope_scaling=None,
                  max_position_embeddings=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
                  layout="BSND", mrope_section=None, mrope_interleaved=False, inplace=False, grow_cache=False,
-                 llama_4_scaling_beta=None, qk_norm_eps=None, qk_norm_offset=0.0):
+                 llama_4_scaling_beta=None, qk_norm_eps=None, qk_norm_offset=0.0, transposed=False):
         super().__init__()
         mode = normalize_mode(rotary_mode)
         start, end = _rotated_lanes(head_dim, partial_slice)
@@ -161,7 +165,7 @@ class RotaryEmbedding(nn.Cell):
             self.rows = None
             self._cache_values = (end - start, mode, rope_theta, rope_scaling, max_position_embeddings, dtype)
             self.cos_cache, self.sin_cache = cache_parameters(int(positions), *self._cache_values,
-                                                              head_dim=int(head_dim))
+                                                              head_dim=int(head_dim), transposed=bool(transposed))
         self.query_scale = None
         if llama_4_scaling_beta is not None:
             if channels > 1 or inplace:
@@ -180,7 +184,7 @@ class RotaryEmbedding(nn.Cell):
         # a stray huge position must not allocate a huge cache: grow to the model's length at most
         self.growth_limit = max(int(positions), int(max_position_embeddings or 0), GROWTH_LIMIT)
         self.head_dim, self.partial_slice, self.rotary_mode, self.layout = int(head_dim), (start, end), mode, layout
-        self.channels, self.inplace = channels, bool(inplace)
+        self.channels, self.inplace, self.transposed = channels, bool(inplace), bool(transposed)
         cache = CacheRead(int(head_dim), layout, lane_channels, channels, False,
                           {ms.float32: "float32", ms.float16: "float16", ms.bfloat16: "bfloat16"}[dtype],
                           length_dependent)
@@ -210,7 +214,8 @@ class RotaryEmbedding(nn.Cell):
         return cls(rope.head_dim, rope.partial_slice, rope.rotary_mode, rope.rope_theta, rope.rope_scaling,
                    rope.max_position_embeddings, cache_positions, cache_dtype, backend, layout, rope.mrope_section,
                    rope.mrope_interleaved, inplace, llama_4_scaling_beta=rope.llama_4_scaling_beta,
-                   qk_norm_eps=None if norm is None else norm.eps, qk_norm_offset=0.0 if norm is None else norm.offset)
+                   qk_norm_eps=None if norm is None else norm.eps, qk_norm_offset=0.0 if norm is None else norm.offset,
+                   transposed=rope.transposed)
 
     def __call__(self, q, k=None, positions=None, q_norm_weight=None, k_norm_weight=None):
         """From Python (PyNative, or a top-level call in GRAPH_MODE): the rotation's own call routes it; a numpy
@@ -241,7 +246,8 @@ class RotaryEmbedding(nn.Cell):
                              f"its shape); build the layer with the cache_positions it will train on")
         if cache_positions == rows:
             return
-        cos, sin = cache_parameters(int(cache_positions), *self._cache_values, head_dim=self.head_dim)
+        cos, sin = cache_parameters(int(cache_positions), *self._cache_values, head_dim=self.head_dim,
+                                    transposed=self.transposed)
         self.cos_cache.set_data(cos)
         self.sin_cache.set_data(sin)
 
@@ -266,6 +272,8 @@ class RotaryEmbedding(nn.Cell):
         cos, sin, given = self.cos_cache, self.sin_cache, positions
         if self.rows is not None:  # this call's own rows (length_rope), read at 0..n-1
             cos, sin, positions = self.rows(positions if isinstance(positions, ms.Tensor) else ms.Tensor(positions))
+            if self.transposed:
+                sin = -sin
         if q_norm_weight is not None:  # each head normalised first (qk_norm_eps), in the same pass
             if k is None:
                 return self._scaled_q(self.norm_q(q, cos, sin, positions, q_norm_weight), given, False)

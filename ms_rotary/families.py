@@ -136,6 +136,7 @@ TRANSFORMERS_FAMILIES = {
     'muse_glimmer_text': ('half', None),
     'muse_spark': ('half', {'rope_theta': 500000.0, 'rope_type': 'default'}),
     'muse_spark_text': ('half', {'rope_theta': 500000.0, 'rope_type': 'default'}),
+    'nanochat': ('half', None),
     'nemotron': ('half', {'partial_rotary_factor': 0.5, 'rope_theta': 10000.0, 'rope_type': 'default'}),
     'nemotron3_5_transcribe_asr_audio': ('half', {'partial_rotary_factor': 0.5, 'rope_theta': 10000.0, 'rope_type': 'default'}),
     'nemotron3_5_transcribe_word_timestamp': ('half', {'partial_rotary_factor': 0.5, 'rope_theta': 10000.0, 'rope_type': 'default'}),

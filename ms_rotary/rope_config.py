@@ -40,6 +40,9 @@ FAMILY_MODES = {
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
 _TAIL_FAMILIES = ("deepseek_v4",)
+# Families whose rotate_half flips the other half's sign (NanoChat: (x2, -x1) for (-x2, x1)): they turn each pair
+# by -angle, the transpose of the rotation, which is the rotation with sin negated.
+TRANSPOSED_FAMILIES = ("nanochat",)
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 # The rope parameters a family's transformers config class gives a config.json that has none of the rope keys.
 FAMILY_ROPE_DEFAULTS = {model_type: parameters for model_type, (_, parameters) in TRANSFORMERS_FAMILIES.items()
@@ -75,6 +78,7 @@ class RopeConfig:
     mrope_interleaved: bool = False
     # Llama-4's attention temperature (Ministral-3, Mistral-4): q after the rotation times query_scale(positions)
     llama_4_scaling_beta: Optional[float] = None
+    transposed: bool = False            # pairs turn by -angle (TRANSPOSED_FAMILIES): sin negated
 
     @property
     def rotary_dim(self):
@@ -92,11 +96,13 @@ class RopeConfig:
         return (1 + np.float32(self.llama_4_scaling_beta) * np.log1p(steps)).astype(np.float32)
 
     def cos_sin(self, positions, dtype=ms.float32, seq_len=None):
-        """cos, sin for `positions` (rope_cos_sin's forms), in this config's lane layout and scaling."""
-        return rope_cos_sin(positions, self.rotary_dim, self.rotary_mode, rope_theta=self.rope_theta,
-                            rope_scaling=self.rope_scaling, max_position_embeddings=self.max_position_embeddings,
-                            seq_len=seq_len, dtype=dtype, mrope_section=self.mrope_section,
-                            mrope_interleaved=self.mrope_interleaved)
+        """cos, sin for `positions` (rope_cos_sin's forms), in this config's lane layout and scaling (a transposed
+        family's sin negated)."""
+        cos, sin = rope_cos_sin(positions, self.rotary_dim, self.rotary_mode, rope_theta=self.rope_theta,
+                                rope_scaling=self.rope_scaling, max_position_embeddings=self.max_position_embeddings,
+                                seq_len=seq_len, dtype=dtype, mrope_section=self.mrope_section,
+                                mrope_interleaved=self.mrope_interleaved)
+        return (cos, -sin) if self.transposed else (cos, sin)
 
     @classmethod
     def from_config(cls, config, rotary_mode=None, layer_type=None):
@@ -139,7 +145,7 @@ class RopeConfig:
         if rope_type_of(scaling) == "default" and len(scaling) <= 1:
             scaling = None
         return cls(model_type, head_dim, partial_slice, mode, check_value("rope_theta", theta, POSITIVE), scaling,
-                   max_positions, section, interleaved, beta)
+                   max_positions, section, interleaved, beta, model_type in TRANSPOSED_FAMILIES)
 
 
 def config_fields(config):

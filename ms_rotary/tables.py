@@ -122,11 +122,12 @@ _CACHE_BLOCK = 1 << 14
 
 
 def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rope_scaling=None,
-                     max_position_embeddings=None, dtype=ms.float32, head_dim=None):
+                     max_position_embeddings=None, dtype=ms.float32, head_dim=None, transposed=False):
     """The cos and sin caches [1, positions, 1, rotary_dim] of RotaryEmbedding, as Parameters that do not
     require grad: row p holds rope_cos_sin's values at position p (quarter mode: both halves at p), bit for
-    bit. Each is allocated once in its dtype and filled block by block, so building peaks little above the
-    caches' own size (a Parameter made from a whole array copies it, bf16 through a float32 array)."""
+    bit; `transposed` (NanoChat): sin negated. Each is allocated once in its dtype and filled block by block, so
+    building peaks little above the caches' own size (a Parameter made from a whole array copies it, bf16
+    through a float32 array)."""
     mode = normalize_mode(rotary_mode)
     quarter = mode == 2
     check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
@@ -146,6 +147,8 @@ def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rop
             if quarter:
                 angles = np.concatenate([angles, angles], -1)
             values = fn(on_lanes(angles, mode, rotary_dim)) * attention_factor
+            if transposed and label == "sin_cache":
+                values = -values
             block = np.ascontiguousarray(values.astype(np.float16) if name == "float16" else
                                          from_float32(values.astype(np.float32), name))
             ctypes.memmove(address + begin * row_bytes, block.ctypes.data, block.nbytes)

@@ -489,3 +489,25 @@ def test_a_growing_cache_serves_positions_past_its_end_eagerly_and_keeps_its_row
     layer.cos_cache.requires_grad = True
     with pytest.raises(ValueError, match="a trainable cache keeps its 1000 positions"):
         layer.extend_cache(2000)
+
+
+@pytest.mark.parametrize("scaling", [None, {"rope_type": "dynamic", "factor": 2.0}])
+@pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
+def test_a_transposed_layer_turns_pairs_by_minus_the_angle(scaling, exec_mode):
+    """transposed=True (NanoChat) is the plain layer's inverse, R(-angle) = R(angle)^T, from a cache and from
+    rows computed per call; its own inverse undoes it."""
+    kwargs = dict(rope_theta=100.0, rope_scaling=scaling, max_position_embeddings=8)
+    if scaling is None:
+        kwargs["cache_positions"] = 64
+    transposed = RotaryEmbedding(16, None, "half", transposed=True, **kwargs)
+    plain = RotaryEmbedding(16, None, "half", **kwargs)
+    rng = np.random.default_rng(9)
+    q, k = (ms.Tensor(rng.uniform(-1, 1, (1, 6, n, 16)).astype(np.float32)) for n in (2, 1))
+    positions = ms.Tensor(np.array([0, 3, 9, 20, 21, 40]))
+    got = _run(exec_mode, transposed if exec_mode == "GRAPH_MODE" else transposed.construct, q, k, positions)
+    want = plain.inverse(q, k, positions)
+    back = transposed.inverse(*got, positions)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=1e-6)
+    for a, b in zip(back, (q, k)):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=1e-6)

@@ -28,7 +28,7 @@ NOT_IN_THE_TABLE = frozenset((
     'idefics_perciever', 'idefics_vision', 'lasr_ctc', 'minimax_m3_vl', 'minimax_m3_vl_text',
     'minimax_m3_vl_vision', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',
     'moonshine', 'moonshine_streaming_encoder', 'moshi_depth', 'muse_glimmer_vision', 'muse_spark_audio',
-    'muse_spark_vision', 'nanochat', 'nemo_speechlm', 'nemotron3_5_transcribe_audio', 'nemotron3_diarization',
+    'muse_spark_vision', 'nemo_speechlm', 'nemotron3_5_transcribe_audio', 'nemotron3_diarization',
     'paddleocr_vl_vision', 'pe_video', 'phi4_multimodal_audio', 'phi4_multimodal_vision', 'pi05',
     'qwen2_5_omni_audio_encoder', 'qwen2_5_omni_bigvgan', 'qwen2_5_omni_token2wav', 'qwen2_5_omni_vision_encoder',
     'qwen2_5_vl_vision', 'qwen2_vl_vision', 'qwen3_5_moe_vision', 'qwen3_5_vision', 'qwen3_omni_moe',

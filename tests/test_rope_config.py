@@ -46,6 +46,10 @@ FAMILIES = {
                             v_head_dim=32, max_position_embeddings=163840,
                             rope_parameters={**DEEPSEEK_YARN, "rope_theta": 10000.0}),
         "deepseek_v3", "apply_rotary_pos_emb_interleave", 2),
+    "NanoChat (transposed: rotate_half flips the other half)": (
+        "nanochat", dict(hidden_size=128, num_attention_heads=2, max_position_embeddings=8192,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        "nanochat", "apply_rotary_pos_emb", 2),
 }
 
 
