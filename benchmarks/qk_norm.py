@@ -11,6 +11,9 @@ two cores are easily saturated):
   30, or 10 against the slow composed norm.
 - decode: q [1, 1, 32, 128], k [1, 1, 8, 128] at position 4000, a new positions tensor each step as a decode
   loop makes it: the same three against one built-in `add` on q.
+- decode step (`--decode-step`): one Qwen3-like block (32 q heads, 8 kv heads of 128, a 1024-position KV cache
+  in Parameters written with MindSpore's ScatterUpdate, attention over it, projections), the prologue fused
+  against composed, GRAPH_MODE and PyNative.
 - training step (`--train`): two Qwen3-like attention blocks (q/k/v projections, per-head q/k RMSNorm with
   trainable weights, rotation, causal attention, output projection), forward + backward + SGD, the norm and
   rotation as one layer call against the MindSpore-op norm and the layer, GRAPH_MODE and PyNative, interleaved
@@ -110,6 +113,63 @@ class NormedAttention(nn.Cell):
         return self.out(causal_attention(q, k, self.v(x).reshape(shape)))
 
 
+class DecodeBlock(nn.Cell):
+    """One Qwen3-like attention block's decode step over a KV cache held in Parameters: projections, the
+    prologue (q/k norm, rotation), k and v written at the token's position with MindSpore's ScatterUpdate (the
+    same in both variants: ms_rotary does not write caches yet), attention over the cache (masked past the
+    token), output projection."""
+
+    def __init__(self, d_model, heads, kv_heads, cache, fused):
+        super().__init__()
+        self.heads, self.kv_heads, self.fused = heads, kv_heads, fused
+        self.q = nn.Dense(d_model, heads * D, has_bias=False)
+        self.k, self.v = (nn.Dense(d_model, kv_heads * D, has_bias=False) for _ in range(2))
+        self.out = nn.Dense(heads * D, d_model, has_bias=False)
+        self.q_weight = ms.Parameter(ms.Tensor(np.ones(D, np.float32)), name="q_norm_weight")
+        self.k_weight = ms.Parameter(ms.Tensor(np.ones(D, np.float32)), name="k_norm_weight")
+        self.k_cache = ms.Parameter(ms.Tensor(np.zeros((cache, kv_heads, D), np.float32)), name="k_cache")
+        self.v_cache = ms.Parameter(ms.Tensor(np.zeros((cache, kv_heads, D), np.float32)), name="v_cache")
+        self.update = ops.ScatterUpdate()
+        self.slots = ms.Tensor(np.arange(cache))
+        self.rope = ms_rotary.RotaryEmbedding(D, None, "half", rope_theta=1000000.0, cache_positions=cache,
+                                              qk_norm_eps=EPS if fused else None)
+
+    def construct(self, x, position):
+        q = self.q(x).reshape(1, 1, self.heads, D)
+        k = self.k(x).reshape(1, 1, self.kv_heads, D)
+        if self.fused:
+            q, k = self.rope(q, k, position, self.q_weight, self.k_weight)
+        else:
+            q, k = self.rope(norm(q, self.q_weight), norm(k, self.k_weight), position)
+        self.update(self.k_cache, position, k.reshape(1, self.kv_heads, D))
+        self.update(self.v_cache, position, self.v(x).reshape(1, self.kv_heads, D))
+        group = self.heads // self.kv_heads
+        keys = ops.repeat_interleave(self.k_cache, group, 1).transpose(1, 0, 2)  # [N, P, D]
+        values = ops.repeat_interleave(self.v_cache, group, 1).transpose(1, 0, 2)
+        scores = ops.matmul(q.reshape(self.heads, 1, D), keys.transpose(0, 2, 1)) / np.sqrt(D)  # [N, 1, P]
+        scores = ops.where((self.slots <= position).reshape(1, 1, -1), scores, -1e9)
+        attended = ops.matmul(ops.softmax(scores, -1), values)  # [N, 1, D]
+        return self.out(attended.reshape(1, 1, self.heads * D))
+
+
+def decode_steps(rows, steps=20, rounds=5, heads=32, kv_heads=8, cache=1024):
+    print("| exec | fused step | composed step | composed / fused |")
+    print("|---|---|---|---|")
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((1, 1, 1024)).astype(np.float32))
+    for exec_mode in ("GRAPH_MODE", "PYNATIVE_MODE"):
+        ms.set_context(mode=getattr(ms, exec_mode))
+        made = {}
+        for name, fused in (("fused", True), ("composed", False)):
+            block = DecodeBlock(1024, heads, kv_heads, cache, fused)
+            made[name] = (lambda block: lambda: block(x, ms.Tensor(np.array([500]))))(block)
+        times = median_step_seconds(made, steps, rounds, GRAPH_WARMUP_STEPS if exec_mode == "GRAPH_MODE" else 2)
+        print(f"| {exec_mode} | {times['fused'] * 1e3:.2f} ms | {times['composed'] * 1e3:.2f} ms | "
+              f"{times['composed'] / times['fused']:.2f}x |", flush=True)
+        rows += [(f"qk norm decode step Qwen3-like N={heads}/{kv_heads} D={D} cache {cache} {exec_mode}", name,
+                  seconds, None) for name, seconds in times.items()]
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
 def train_steps(rows, steps=5, rounds=5, seq=512, heads=8):
     print("| exec | fused step | composed step | composed / fused |")
     print("|---|---|---|---|")
@@ -133,12 +193,15 @@ def train_steps(rows, steps=5, rounds=5, seq=512, heads=8):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", action="store_true", help="the training steps instead of the per-call cases")
+    parser.add_argument("--decode-step", action="store_true", help="a whole block's decode step instead")
     args = parser.parse_args()
     ms.set_device("CPU")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     rows = []
     if args.train:
         train_steps(rows)
+    elif args.decode_step:
+        decode_steps(rows)
     else:
         case("decode [1, 1, 32|8, 128] at position 4000", 1, 100, rows, 4000)
         case("prefill [1, 4096, 32|8, 128]", 4096, 10, rows, 0)

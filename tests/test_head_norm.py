@@ -107,10 +107,10 @@ def _close(got, want, tolerance, what):
     assert np.abs(got - want).max() <= tolerance * scale, (what, np.abs(got - want).max(), scale)
 
 
-# Every (q, cache) dtype pair and mode on both backends, each in one execution mode; the rest: -m slow.
+# Every (q, cache) dtype pair and mode, each on one backend in one execution mode (both cycling); the rest:
+# -m slow.
 @pytest.mark.parametrize("dtype,cache_dtype,mode,backend,exec_mode",
-                         cycled_cases([pairs(DTYPES, ["float32", "bfloat16"]), [0, 1, 2, 3], BACKENDS],
-                                      [EXEC_MODES]))
+                         cycled_cases([pairs(DTYPES, ["float32", "bfloat16"]), [0, 1, 2, 3]], [BACKENDS, EXEC_MODES]))
 def test_values_and_gradients_match_the_float64_statement(dtype, cache_dtype, mode, backend, exec_mode):
     rng = np.random.default_rng(mode)
     offset = float(mode % 2)  # Gemma's (1 + weight) on half the cases
