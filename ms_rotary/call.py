@@ -35,7 +35,7 @@ class CacheRead:
 class HeadNorm:
     """Each head RMS-normalised before the rotation (Qwen3's and Gemma-3's q_norm and k_norm): x * r * (offset +
     weight), r = 1 / sqrt(mean(x^2) + eps) over the whole head, in fp32; the weights ([D] each, q's and k's) are
-    the call's last inputs. A call with a norm is out of place."""
+    the call's last inputs. A call with a norm is a forward (out of place or in place)."""
 
     eps: float
     offset: float = 0.0                           # 1.0: Gemma's (1 + weight)

@@ -169,12 +169,12 @@ def check_eager_inputs(tensors, names, cos, sin, in_place=True, writes_memory=Tr
     written = [(tensor, name) for tensor, name in zip(tensors, names) if tensor.size]
     for index, (tensor, name) in enumerate(written):
         for other, other_name in [*written[index + 1:], (cos, "cos"), (sin, "sin")]:
-            if other.size and _overlap(tensor, other):
+            if other.size and overlap(tensor, other):
                 raise ValueError(f"{_PREFIX}: {other_name} shares memory with {name}; the op writes {name} in place, "
                                  f"pass {other_name} in memory of its own")
 
 
-def _overlap(a, b):
+def overlap(a, b):
     a_lo, a_hi = _byte_range(a)
     b_lo, b_hi = _byte_range(b)
     return a_lo < b_hi and b_lo < a_hi

@@ -195,7 +195,10 @@ class RotaryEmbedding(nn.Cell):
         self.inverse_q, self.inverse_qk = (rotary(replace(c, conjugate=True), backend, "RotaryEmbedding.inverse")
                                            for c in (call, with_k))
         self.backend = self.rotate_q.backend
-        self.head_norm = _head_norm(qk_norm_eps, qk_norm_offset, self.inplace)
+        self.head_norm = _head_norm(qk_norm_eps, qk_norm_offset)
+        if self.head_norm is not None and self.inplace and self.backend == "ascend":
+            raise ValueError(f"{LAYER}: qk_norm_eps with inplace=True is not built on Ascend (MindSpore's norm runs "
+                             f"before the rotation there, on copies); build the layer with inplace=False")
         if self.head_norm is not None:
             self.norm_q, self.norm_qk = (
                 (ComposedNorm if self.backend == "ascend" else rotary)(replace(c, norm=self.head_norm), self.backend,
@@ -299,7 +302,7 @@ class RotaryEmbedding(nn.Cell):
                 f"{', M-RoPE' if self.channels == 3 else ''}{', inplace' if self.inplace else ''}{norm}")
 
 
-def _head_norm(eps, offset, inplace):
+def _head_norm(eps, offset):
     """The HeadNorm of qk_norm_eps and qk_norm_offset, or None without an epsilon."""
     if eps is None:
         return None
@@ -308,9 +311,6 @@ def _head_norm(eps, offset, inplace):
             raise TypeError(f"{LAYER}: {name}={value!r} must be a finite number")
     if eps < 0:
         raise ValueError(f"{LAYER}: qk_norm_eps={eps!r} must be >= 0 (it is added to the mean square)")
-    if inplace:
-        raise ValueError(f"{LAYER}: qk_norm_eps with inplace=True is not built: the norm and rotation write new "
-                         f"tensors; build the layer with inplace=False")
     return HeadNorm(float(eps), float(offset))
 
 

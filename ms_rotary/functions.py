@@ -493,9 +493,29 @@ class _ReboundCacheQK(_Rebound, CacheQKFunction):
         return self.backward(q, k, cos, sin, positions, dout)
 
 
+class _ReboundNormQ(_Rebound, NormFunctionQ):
+    def construct(self, q, cos, sin, positions, q_weight):
+        return self.bumped(self.kernel(q, cos, sin, positions, q_weight))
+
+    def bprop(self, q, cos, sin, positions, q_weight, out, dout):
+        self.refuse_second_order()
+        return self.backward(q, cos, sin, positions, q_weight, dout)
+
+
+class _ReboundNormQK(_Rebound, NormFunctionQK):
+    def construct(self, q, k, cos, sin, positions, q_weight, k_weight):
+        return self.bumped(self.kernel(q, k, cos, sin, positions, q_weight, k_weight))
+
+    def bprop(self, q, k, cos, sin, positions, q_weight, k_weight, out, dout):
+        self.refuse_second_order()
+        return self.backward(q, k, cos, sin, positions, q_weight, k_weight, dout)
+
+
 def _rebound_class(call):
     if call.cache is None:
         return _ReboundTable
+    if call.norm is not None:
+        return _ReboundNormQK if call.cache.with_k else _ReboundNormQ
     return _ReboundCacheQK if call.cache.with_k else _ReboundCache
 
 
@@ -616,10 +636,8 @@ def rotary(call, backend=None, op_name="ms_rotary"):
     InPlaceRotary or the RotaryFunction."""
     device_target = routes.device_target()
     backend = choose_backend(backend, device_target)
-    if call.norm is not None:
-        if call.in_place or call.conjugate:
-            raise ValueError(f"{op_name}: a head norm's call is the forward, out of place")
-        return function_class(call)(call, backend, device_target, op_name)
+    if call.norm is not None and call.conjugate:
+        raise ValueError(f"{op_name}: a head norm's call is a forward")
     if call.in_place:
         return InPlaceRotary(call, backend, device_target, op_name)
     return function_class(call)(call, backend, device_target, op_name)

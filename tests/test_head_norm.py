@@ -271,6 +271,64 @@ def test_dynamic_rope_and_llama4_scaling_compose_with_the_norm(exec_mode):
         np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=2e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+def test_in_place_writes_the_out_of_place_values_and_gradients(backend, exec_mode):
+    """inplace=True with the norm: q and k themselves hold the out-of-place call's values bit for bit, and the
+    gradients through the in-place call (PyNative: the rebinding; graphs: MindSpore's InplaceCopy) are the
+    out-of-place call's."""
+    out_of_place, in_place = (_layer(3, backend, 1.0, inplace=flag) for flag in (False, True))
+    rng = np.random.default_rng(8)
+    (q, k, wq, wk), _ = _inputs(rng, "bfloat16", "float32")
+    positions = ms.Tensor(POSITIONS)
+    want = out_of_place(q, k, positions, wq, wk)
+    q_written, k_written = q.copy(), k.copy()
+    got = _run(exec_mode, _UserCell(in_place), q_written, k_written, positions, wq, wk)
+    for written, result, expected in ((q_written, got[0], want[0]), (k_written, got[1], want[1])):
+        assert np.array_equal(raw_bits(written), raw_bits(expected))
+        assert np.array_equal(raw_bits(result), raw_bits(expected))
+
+    gq, gk = (ms.Tensor(rng.uniform(-1, 1, shape).astype(np.float32)) for shape in ((B, S, NQ, D), (B, S, NK, D)))
+
+    class Through(nn.Cell):
+        """The in-place call on copies the network makes (a leaf that requires grad is never written)."""
+
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def construct(self, q, k, positions, wq, wk):
+            q_rot, k_rot = self.layer(q * 1, k * 1, positions, wq, wk)
+            return (q_rot.astype(ms.float32) * gq).sum() + (k_rot.astype(ms.float32) * gk).sum()
+
+    grads = [_run(exec_mode, Through(layer), q, k, positions, wq, wk, grad=True) for layer in (in_place, out_of_place)]
+    for a, b in zip(*grads):
+        assert np.array_equal(raw_bits(a), raw_bits(b))
+
+
+@pytest.mark.parametrize("exec_mode", ["GRAPH_MODE", "pynative"])
+def test_in_place_refuses_views_and_aliased_weights_before_any_write(exec_mode):
+    """A slice of a larger q in a graph (MindSpore 2.10 would scramble the base): the write guard's refusal; a
+    weight sharing memory with the q written in place (the kernel would read it after writing q): refused by
+    name. The caller's tensors bit for bit as they were."""
+    layer = _layer(0, "aot", inplace=True)
+    rng = np.random.default_rng(3)
+    (_, k, wq, wk), _ = _inputs(rng, "float32", "float32")
+    base = ms.Tensor(rng.uniform(-1, 1, (4, S, NQ, D)).astype(np.float32))
+    before = raw_bits(base).copy()
+    if exec_mode == "GRAPH_MODE":
+        with pytest.raises(RuntimeError, match="cannot write q in place in this graph: q is a view"):
+            _run(exec_mode, _UserCell(layer), base[1:3], k, ms.Tensor(POSITIONS), wq, wk)[0].asnumpy()
+    else:
+        q = base[1:3].contiguous()
+        q_before = raw_bits(q).copy()
+        flat = q.reshape(-1)
+        with pytest.raises(ValueError, match="k_norm_weight shares memory with q"):
+            layer(q, k, ms.Tensor(POSITIONS), wq, flat[D:2 * D])
+        assert np.array_equal(raw_bits(q), q_before)
+    assert np.array_equal(raw_bits(base), before)
+
+
 def test_each_backend_and_thread_count_give_the_same_bits():
     """The compiled kernel and the numpy kernel agree bit for bit on values and dx (the same fp32 operations in
     the same order, the sums over a head in one fixed order); the weights' gradients, summed in double, within an
@@ -376,8 +434,6 @@ def test_constructor_values_are_checked():
         RotaryEmbedding(D, None, 0, cache_positions=CACHE, qk_norm_eps=-1.0)
     with pytest.raises(TypeError, match="qk_norm_offset='1' must be a finite number"):
         RotaryEmbedding(D, None, 0, cache_positions=CACHE, qk_norm_eps=1e-6, qk_norm_offset="1")
-    with pytest.raises(ValueError, match="qk_norm_eps with inplace=True is not built"):
-        RotaryEmbedding(D, None, 0, cache_positions=CACHE, qk_norm_eps=1e-6, inplace=True)
     olmo2 = {"model_type": "olmo2", "hidden_size": 256, "num_attention_heads": 8, "max_position_embeddings": 64,
              "rms_norm_eps": 1e-6}
     with pytest.raises(ValueError, match="'olmo2' normalises q and k over all heads of a token"):

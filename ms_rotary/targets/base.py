@@ -35,6 +35,7 @@ from ..constraints import (
     check_shapes,
     element_dtype,
     is_empty_work,
+    overlap,
     positions_view,
     require_contiguous,
     resolve_slice,
@@ -233,8 +234,9 @@ def host_positions(positions, channels):
     return np.ascontiguousarray(array, np.int64).reshape(positions_3d(array.shape, channels))
 
 
-def checked_norm_weights(call, weights):
-    """A head norm's weights (none without a norm), checked and contiguous."""
+def checked_norm_weights(call, weights, written=()):
+    """A head norm's weights (none without a norm), checked and contiguous; apart from the tensors an in-place
+    call writes (`written`: (tensor, name) pairs), which the kernel writes before it reads k's weight."""
     if call.norm is None:
         return ()
     for name, weight in zip(call.weight_names, weights):
@@ -244,7 +246,11 @@ def checked_norm_weights(call, weights):
         check_norm_weight(name, call.cache.head_dim, tuple(weight.shape), weight.dtype)
         if weight.init is not None:  # made with init= and not yet materialised
             weight.init_data()
-    return tuple(weight.contiguous() for weight in weights)
+        for tensor, tensor_name in written:
+            if tensor.size and overlap(weight, tensor):
+                raise ValueError(f"ms_rotary.RotaryEmbedding: {name} shares memory with {tensor_name}, which the "
+                                 f"layer writes in place; pass {name} in memory of its own")
+    return tuple(weight if weight.is_contiguous() else weight.contiguous() for weight in weights)
 
 
 class Unguarded(nn.Cell):
@@ -325,7 +331,7 @@ class RotaryKernel(nn.Cell):
         _checked_cache_read(call, tuple(tuple(t.shape) for t in tensors), tuple(cos.shape), tuple(sin.shape),
                             positions.shape, tuple(t.dtype for t in tensors), cos.dtype, sin.dtype)
         check_positions_range(positions, cos.shape[1], call.cache.rows_per_call)
-        weights = checked_norm_weights(call, weights)
+        weights = checked_norm_weights(call, weights, tuple(zip(tensors, call.rotated_names)) if call.in_place else ())
         if call.in_place:
             for tensor, name in zip(tensors, call.rotated_names):
                 require_contiguous(tensor, name)
