@@ -18,6 +18,7 @@ from .call import LAYOUT_AXES, CacheRead, HeadNorm, RotaryCall
 from .constraints import FLOAT_DTYPES, LAYER, MAX_HEAD_DIM, kernel_positions, normalize_mode
 from .functions import rotary
 from .head_norms import head_norm_from_config
+from .kv_cache import KVCacheWrite
 from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
 from .modes import lane_pairs
 from .rope_config import RopeConfig, config_fields
@@ -195,6 +196,8 @@ class RotaryEmbedding(nn.Cell):
         self.inverse_q, self.inverse_qk = (rotary(replace(c, conjugate=True), backend, "RotaryEmbedding.inverse")
                                            for c in (call, with_k))
         self.backend = self.rotate_q.backend
+        self.write_contiguous, self.write_paged = (KVCacheWrite(paged, self.rotate_q.kernel.write_guard)
+                                                   for paged in (False, True))
         self.head_norm = _head_norm(qk_norm_eps, qk_norm_offset)
         if self.head_norm is not None and self.inplace and self.backend == "ascend":
             raise ValueError(f"{LAYER}: qk_norm_eps with inplace=True is not built on Ascend (MindSpore's norm runs "
@@ -258,6 +261,26 @@ class RotaryEmbedding(nn.Cell):
         """Traced, inside a compiled network: positions given as a list or array become a constant tensor."""
         _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
         return self._rotate(q, k, self._tensor_positions(positions), False, q_norm_weight, k_norm_weight)
+
+    def prologue(self, q, k, v, positions, k_cache, v_cache, slots=None, q_norm_weight=None, k_norm_weight=None):
+        """Inference's attention prologue in one call: q and k rotated at their positions (normalised first when
+        the layer norms heads), k's rotated rows and v's rows written into the KV caches: contiguous
+        [B, P, Nk, D] at the tokens' positions, or paged [T, Nk, D] at `slots` ([B, S] or [S]); returns q_rot
+        (ms_rotary/kv_cache.py). Layout BSND; not differentiable. From Python or inside a compiled network."""
+        if self.layout != "BSND":
+            raise ValueError(f"{LAYER}.prologue: the KV caches take k and v as [B, S, Nk, D]: build the layer with "
+                             f"layout='BSND' (this one is {self.layout})")
+        if k is None or v is None:
+            raise TypeError(f"{LAYER}.prologue takes (q, k, v, positions, k_cache, v_cache): k and v are required")
+        if slots is None and self.channels > 1:
+            raise ValueError(f"{LAYER}.prologue: with several positions a token (M-RoPE, quarter mode) give the "
+                             f"cache rows as slots")
+        _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
+        positions = self._tensor_positions(positions)
+        q_rot, k_rot = self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
+        if slots is None:
+            return ops.depend(q_rot, self.write_contiguous(k_rot, v, positions, k_cache, v_cache))
+        return ops.depend(q_rot, self.write_paged(k_rot, v, slots, k_cache, v_cache))
 
     def inverse(self, q, k=None, positions=None):
         """The transpose R^T at the same positions, which undoes the rotation (it is orthogonal): DeepSeek-V4

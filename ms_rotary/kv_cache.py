@@ -1,0 +1,166 @@
+"""Writing the rotated k and the given v into KV caches, for inference (RotaryEmbedding.prologue):
+
+    contiguous  k_cache, v_cache [B, P, Nk, D]   token (b, s) at row positions[b, s] of batch b
+    paged       k_cache, v_cache [T, Nk, D]      token (b, s) at row slots[b, s] (slots [S] or [B, S])
+
+Eagerly (PyNative on the host) the rows are copied on the host's memory after MindSpore's queue has drained,
+with no op of their own, and the caches' version counters move; traced (and on a device), MindSpore's
+ScatterNdUpdate writes them, behind the target's write guard (a view passed into the graph is refused before
+anything is written). Every row index is checked first (outside the cache: an error naming it, nothing
+written). Not differentiable: under autograd it is refused."""
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+from mindspore.graph.api import _pynative_executor
+from mindspore.ops import functional as F
+
+from . import routes
+from .constraints import LAYER, element_dtype, overlap, require_contiguous
+from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
+from .routes import Route
+from .targets.base import host_array
+
+NOT_DIFFERENTIABLE = (f"{LAYER}.prologue writes the KV caches for inference and has no gradient; call the layer "
+                      f"itself (rope(q, k, positions, ...)) where gradients are needed")
+
+
+def _row_rule(paged):
+    return "slots" if paged else "positions"
+
+
+def check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k_cache_dtype, v_cache_dtype,
+                 indices_shape, paged):
+    """The shape and dtype rules (eagerly, and traced at compile time): v shaped like k [B, S, Nk, D]; the
+    caches [B, P, Nk, D] (contiguous) or [T, Nk, D] (paged), each of its tensor's dtype; the row indices
+    [B, S] (or [S] for B = 1)."""
+    if tuple(v_shape) != tuple(k_shape):
+        raise ValueError(f"{LAYER}.prologue: v of shape {tuple(v_shape)} must be shaped like k {tuple(k_shape)}")
+    batch, seq, heads, dim = k_shape
+    for name, shape, dtype, of in (("k_cache", k_cache_shape, k_cache_dtype, k_dtype),
+                                   ("v_cache", v_cache_shape, v_cache_dtype, v_dtype)):
+        rule = f"[T, {heads}, {dim}] (paged)" if paged else f"[{batch}, P, {heads}, {dim}]"
+        fits = tuple(shape[1:]) == (heads, dim) if paged else \
+            len(shape) == 4 and (shape[0], shape[2], shape[3]) == (batch, heads, dim)
+        if len(shape) != (3 if paged else 4) or not fits:
+            raise ValueError(f"{LAYER}.prologue: {name} of shape {tuple(shape)} must be {rule}")
+        if element_dtype(dtype) != element_dtype(of):
+            raise TypeError(f"{LAYER}.prologue: {name} has dtype {element_dtype(dtype)}, the rows written into "
+                            f"it {element_dtype(of)}")
+    if tuple(indices_shape) not in ((batch, seq),) + (((seq,),) if batch == 1 else ()):
+        raise ValueError(f"{LAYER}.prologue: {_row_rule(paged)} of shape {tuple(indices_shape)} must be "
+                         f"[B, S] = [{batch}, {seq}]" + (" or [S]" if batch == 1 else ""))
+
+
+def outside_message(value, rows, paged):
+    return (f"{LAYER}.prologue: {_row_rule(paged)} value {value} is outside the KV cache's {rows} rows [0, {rows}); "
+            f"nothing was written")
+
+
+def _rows_in_cache(paged):
+    def check(rows, limit):
+        rows, limit = np.asarray(rows), int(limit)
+        if rows.size and (rows.min() < 0 or rows.max() >= limit):
+            raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, paged))
+        return np.zeros(1, np.int32)
+    return check
+
+
+@ops.constexpr
+def _checked(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k_cache_dtype, v_cache_dtype,
+             indices_shape, paged, on_host):
+    check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k_cache_dtype, v_cache_dtype,
+                 indices_shape, paged)
+    if on_host and element_dtype(k_cache_dtype) == ms.bfloat16:
+        raise TypeError(f"{LAYER}.prologue: bf16 KV caches are written in PyNative only on CPU: MindSpore 2.10's CPU "
+                        f"graphs have no bf16 Reshape or ScatterNdUpdate kernel")
+    return True
+
+
+class KVCacheWrite(nn.Cell):
+    """write(k_rot, v, rows, k_cache, v_cache) -> a token ordered after both writes; `rows` are the tokens'
+    positions (contiguous caches) or slots (paged), [B, S] or [S]. `guard(message)` makes the target's write
+    guard (targets/*.py, write_guard)."""
+
+    def __init__(self, paged, guard):
+        super().__init__()
+        self.paged, self.on_host = paged, routes.on_host(routes.device_target())
+        self.update = ops.ScatterNdUpdate()
+        self.guards = nn.CellList([guard(VIEW_WRITE_ERROR.format(op=f"{LAYER}.prologue", name=name))
+                                   for name in ("k_cache", "v_cache")])
+        self.constant_errors = [CONSTANT_TARGET_ERROR.format(name=name) for name in ("k_cache", "v_cache")]
+        # A raise under a condition on the rows would make the graph branch, and MindSpore 2.10 then writes the
+        # caches' copies, not the caches: the check is an op of its own that raises from the host.
+        self.rows_check = ops.Custom(_rows_in_cache(paged), lambda *shapes: [1], lambda *dtypes: ms.int32,
+                                     func_type="pyfunc")
+
+    def __call__(self, k_rot, v, rows, k_cache, v_cache):
+        route = routes.current()
+        if route is Route.TRACED:
+            return super().__call__(k_rot, v, rows, k_cache, v_cache)
+        if not self.on_host and route is Route.EAGER:  # device memory: the ops, run now
+            return self.write_ops(k_rot, v, rows, k_cache, v_cache)
+        if route is Route.RECORDING:
+            _pynative_executor.clear_res()  # MindSpore 2.10 would stay recording after a forward raised under grad
+            raise ValueError(NOT_DIFFERENTIABLE)
+        return self._write_now(k_rot, v, rows, k_cache, v_cache)
+
+    def _write_now(self, k_rot, v, rows, k_cache, v_cache):
+        for name, value in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if not isinstance(value, ms.Tensor):
+                raise TypeError(f"{LAYER}.prologue: {name} must be a mindspore.Tensor, got {type(value).__name__}")
+        rows = np.asarray(rows.asnumpy() if isinstance(rows, ms.Tensor) else rows)
+        if rows.dtype.kind not in "iu":
+            raise TypeError(f"{LAYER}.prologue: {_row_rule(self.paged)} must hold integers, got dtype {rows.dtype}")
+        check_caches(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype, k_cache.dtype,
+                     v_cache.dtype, rows.shape, self.paged)
+        limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
+        if rows.size and (rows.min() < 0 or rows.max() >= limit):
+            raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, self.paged))
+        for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+            require_contiguous(cache, name)
+            for other, other_name in ((k_rot, "k"), (v, "v")):
+                if cache.size and other.size and overlap(cache, other):
+                    raise ValueError(f"{LAYER}.prologue: {other_name} shares memory with {name}, which it writes")
+        if k_cache.size and overlap(k_cache, v_cache):
+            raise ValueError(f"{LAYER}.prologue: k_cache and v_cache share memory")
+        batch, seq = k_rot.shape[:2]
+        rows = np.broadcast_to(rows.reshape(-1, seq), (batch, seq))
+        k_rot, v = (t if t.is_contiguous() else t.contiguous() for t in (k_rot, v))
+        _pynative_executor.sync()  # the ops that produce k and v have run; earlier reads of the caches too
+        for cache, values in ((k_cache, k_rot), (v_cache, v)):
+            if self.paged:
+                host_array(cache)[rows.reshape(-1)] = host_array(values).reshape(batch * seq, *values.shape[2:])
+            else:
+                host_array(cache)[np.arange(batch)[:, None], rows] = host_array(values)
+            advance_version(cache, cache._version + 1)
+        return k_cache
+
+    def construct(self, k_rot, v, rows, k_cache, v_cache):
+        if F.isconstant(k_cache):
+            raise ValueError(self.constant_errors[0])
+        if F.isconstant(v_cache):
+            raise ValueError(self.constant_errors[1])
+        return self.write_ops(k_rot, v, rows, k_cache, v_cache)
+
+    def write_ops(self, k_rot, v, rows, k_cache, v_cache):
+        """The write as MindSpore ops: the checks, the rows' check (an op), the guards, ScatterNdUpdate."""
+        checked = _checked(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype, k_cache.dtype,
+                           v_cache.dtype, rows.shape, self.paged, self.on_host)
+        batch, seq, heads, dim = k_rot.shape
+        rows = rows.astype(ms.int64).reshape(-1, seq).broadcast_to((batch, seq))
+        limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
+        in_cache = self.rows_check(rows, ops.scalar_to_tensor(limit, ms.int64))  # raises naming one outside
+        if self.paged:
+            index = rows.reshape(-1, 1)
+        else:
+            batches = ops.arange(batch, dtype=ms.int64).reshape(-1, 1).broadcast_to((batch, seq))
+            index = ops.stack([batches, rows], -1).reshape(-1, 2)
+        guarded = (self.guards[0](k_cache), self.guards[1](v_cache))
+        # a data edge from the check (its 0) into the rows written: no write can start before it has passed
+        index = ops.depend(ops.depend(index + in_cache.astype(ms.int64), checked), guarded)
+        written_k = self.update(k_cache, index, k_rot.reshape(batch * seq, heads, dim))
+        written_v = self.update(v_cache, index, v.reshape(batch * seq, heads, dim))
+        return ops.depend(written_k, written_v)
+
+    def bprop(self, k_rot, v, rows, k_cache, v_cache, out, dout):
+        raise ValueError(NOT_DIFFERENTIABLE)

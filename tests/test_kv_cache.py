@@ -1,0 +1,197 @@
+"""RotaryEmbedding.prologue (issue #37): q and k rotated (normalised first with a head norm) and k's rotated rows
+and v's rows written into KV caches in one call, contiguous [B, P, Nk, D] at the positions or paged [T, Nk, D] at
+slots; in PyNative, ms.jit and GRAPH_MODE inside a user's Cell, both backends. Every other row of the caches
+stays bit for bit as it was; a refused call writes nothing."""
+import mindspore as ms
+import numpy as np
+import pytest
+from conftest import BACKENDS, raw_bits
+from mindspore import nn
+
+from ms_rotary import RotaryEmbedding
+
+B, S, NQ, NK, D, P = 2, 4, 4, 2, 32, 16
+EXEC_MODES = ["pynative", "ms.jit", "GRAPH_MODE"]
+POSITIONS = np.array([[3, 4, 5, 6], [0, 1, 2, 9]])
+
+
+class _User(nn.Cell):
+    def __init__(self, layer, paged, norm):
+        super().__init__()
+        self.layer, self.paged, self.norm = layer, paged, norm
+
+    def construct(self, q, k, v, positions, k_cache, v_cache, slots, wq, wk):
+        if self.paged and self.norm:
+            return self.layer.prologue(q, k, v, positions, k_cache, v_cache, slots, wq, wk)
+        if self.paged:
+            return self.layer.prologue(q, k, v, positions, k_cache, v_cache, slots)
+        if self.norm:
+            return self.layer.prologue(q, k, v, positions, k_cache, v_cache, None, wq, wk)
+        return self.layer.prologue(q, k, v, positions, k_cache, v_cache)
+
+
+def _run(exec_mode, cell, *args):
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    try:
+        return ms.jit(cell.construct)(*args) if exec_mode == "ms.jit" else cell(*args)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def _inputs(seed=0, dtype=ms.float32, seq=S):
+    rng = np.random.default_rng(seed)
+    q, k, v = (ms.Tensor(rng.uniform(-2, 2, (B, seq, n, D)).astype(np.float32), dtype) for n in (NQ, NK, NK))
+    wq, wk = (ms.Tensor(rng.uniform(0.5, 1.5, D).astype(np.float32)) for _ in range(2))
+    return q, k, v, wq, wk
+
+
+def _caches(paged, dtype=ms.float32, seed=1):
+    rng = np.random.default_rng(seed)  # rows that must stay as they were
+    shape = (P * B, NK, D) if paged else (B, P, NK, D)
+    return tuple(ms.Tensor(rng.uniform(-9, -8, shape).astype(np.float32), dtype) for _ in range(2))
+
+
+def _layer(backend, norm):
+    return RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=P, backend=backend,
+                           qk_norm_eps=1e-6 if norm else None)
+
+
+SLOTS = np.array([[31, 2, 17, 8], [0, 25, 9, 14]])  # shuffled rows of a paged cache of 32
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "norm"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+def test_the_prologue_writes_the_layers_rows_and_nothing_else(paged, norm, backend, exec_mode):
+    layer = _layer(backend, norm)
+    # 16-bit with the norm: bf16 in PyNative, fp16 in graphs (MindSpore 2.10's CPU graphs cannot move bf16 rows)
+    q, k, v, wq, wk = _inputs(dtype=ms.float32 if not norm else ms.bfloat16 if exec_mode == "pynative" else
+                              ms.float16)
+    k_cache, v_cache = _caches(paged, q.dtype)
+    k_before, v_before = (c.float().asnumpy().copy() for c in (k_cache, v_cache))
+    positions = ms.Tensor(POSITIONS)
+    q_rot = _run(exec_mode, _User(layer, paged, norm), q, k, v, positions, k_cache, v_cache, ms.Tensor(SLOTS), wq, wk)
+    want_q, want_k = layer(q, k, positions, wq, wk) if norm else layer(q, k, positions)
+    assert np.array_equal(raw_bits(q_rot), raw_bits(want_q))
+    k_now, v_now = (c.float().asnumpy() for c in (k_cache, v_cache))
+    rows = (SLOTS,) if paged else (np.arange(B)[:, None], POSITIONS)
+    np.testing.assert_array_equal(k_now[rows], want_k.float().asnumpy())
+    np.testing.assert_array_equal(v_now[rows], v.float().asnumpy())
+    k_now[rows], v_now[rows] = k_before[rows], v_before[rows]
+    np.testing.assert_array_equal(k_now, k_before)  # every other row as it was
+    np.testing.assert_array_equal(v_now, v_before)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decode_loop_over_the_caches_equals_the_full_sequence_and_paged_equals_contiguous(backend):
+    """Prefill of two tokens, then one token a step, in one compiled network: the caches hold the full
+    sequence's rotated k and v, bit for bit; a paged cache at shuffled slots holds the same rows."""
+    layer = _layer(backend, True)
+    q, k, v, wq, wk = _inputs(3)
+    positions = np.array([[0, 1, 2, 3], [5, 6, 7, 8]])
+    _, full_k = layer(q, k, ms.Tensor(positions), wq, wk)
+    contiguous, paged = _caches(False), _caches(True)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        for cell, caches, is_paged in ((_User(layer, False, True), contiguous, False),
+                                       (_User(layer, True, True), paged, True)):
+            for start, end in ((0, 2), (2, 3), (3, 4)):
+                cell(q[:, start:end], k[:, start:end], v[:, start:end], ms.Tensor(positions[:, start:end]), *caches,
+                     ms.Tensor(SLOTS[:, start:end]), wq, wk)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    rows = (np.arange(B)[:, None], positions)
+    assert np.array_equal(contiguous[0].asnumpy()[rows], full_k.asnumpy())
+    assert np.array_equal(contiguous[1].asnumpy()[rows], v.asnumpy())
+    assert np.array_equal(paged[0].asnumpy()[SLOTS], contiguous[0].asnumpy()[rows])
+    assert np.array_equal(paged[1].asnumpy()[SLOTS], contiguous[1].asnumpy()[rows])
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+def test_a_row_outside_the_cache_is_refused_by_name_and_nothing_is_written(paged, exec_mode):
+    layer = _layer("aot", False)
+    q, k, v, _, _ = _inputs()
+    k_cache, v_cache = _caches(paged)
+    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
+    positions, slots = POSITIONS.copy(), SLOTS.copy()
+    if paged:
+        slots[1, 3] = 2 * P
+    else:  # inside the cos/sin cache (64), outside the KV cache's P rows
+        layer = RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=4 * P)
+        positions[1, 3] = P
+    name, value = ("slots", 2 * P) if paged else ("positions", P)
+    with pytest.raises((ValueError, RuntimeError), match=rf"prologue: {name} value {value} is outside the KV cache"):
+        _run(exec_mode, _User(layer, paged, False), q, k, v, ms.Tensor(positions), k_cache, v_cache,
+             ms.Tensor(slots), None, None).asnumpy()  # a graph raises while it runs
+    assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
+
+
+BAD = {  # name: (change, error, match)
+    "cache of another width": ("k_cache", ValueError, r"k_cache of shape \(2, 16, 2, 16\) must be \[2, P, 2, 32\]"),
+    "cache of another dtype": ("v_cache_dtype", TypeError, "v_cache has dtype Float16"),
+    "v of another shape": ("v", ValueError, "v of shape .* must be shaped like k"),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+def test_bad_caches_are_refused_by_name_before_any_write(name, exec_mode):
+    change, error, match = BAD[name]
+    layer = _layer("aot", False)
+    q, k, v, _, _ = _inputs()
+    k_cache, v_cache = _caches(False)
+    if change == "k_cache":
+        k_cache = ms.Tensor(np.zeros((B, P, NK, D // 2), np.float32))
+    elif change == "v_cache_dtype":
+        v_cache = v_cache.astype(ms.float16)
+    else:
+        v = ms.Tensor(np.zeros((B, S, NK + 1, D), np.float32))
+    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
+    with pytest.raises(error, match=match):
+        _run(exec_mode, _User(layer, False, False), q, k, v, ms.Tensor(POSITIONS), k_cache, v_cache, None, None,
+             None)
+    assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
+
+
+def test_layouts_mrope_without_slots_views_and_autograd_are_refused():
+    q, k, v, _, _ = _inputs()
+    k_cache, v_cache = _caches(False)
+    sbnd = RotaryEmbedding(D, None, "half", cache_positions=P, layout="SBND")
+    with pytest.raises(ValueError, match="build the layer with layout='BSND'"):
+        sbnd.prologue(q, k, v, POSITIONS, k_cache, v_cache)
+    mrope = RotaryEmbedding(D, None, "half", cache_positions=P, mrope_section=[4, 6, 6])
+    with pytest.raises(ValueError, match="give the cache rows as slots"):
+        mrope.prologue(q, k, v, np.stack([POSITIONS] * 3), k_cache, v_cache)
+    layer = _layer("aot", False)
+    with pytest.raises(ValueError, match="prologue writes the KV caches for inference and has no gradient"):
+        ms.grad(lambda q: layer.prologue(q, k, v, POSITIONS, k_cache, v_cache).sum())(q)
+
+    class Loss(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def construct(self, q, k, v, positions, k_cache, v_cache):
+            return self.layer.prologue(q, k, v, positions, k_cache, v_cache).sum()
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with pytest.raises(ValueError, match="prologue writes the KV caches for inference and has no gradient"):
+            ms.grad(Loss())(q, k, v, ms.Tensor(POSITIONS), k_cache, v_cache)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    base = ms.Tensor(np.zeros((B, 2 * P, NK, D), np.float32))
+    before = raw_bits(base).copy()
+    with pytest.raises(RuntimeError, match="cannot write k_cache in place in this graph: k_cache is a view"):
+        _run("GRAPH_MODE", _User(layer, False, False), q, k, v, ms.Tensor(POSITIONS), base[:, :P], v_cache, None,
+             None, None).asnumpy()
+    assert np.array_equal(raw_bits(base), before)
+    bf16 = tuple(c.astype(ms.bfloat16) for c in (k_cache, v_cache))
+    with pytest.raises(TypeError, match="bf16 KV caches are written in PyNative only on CPU"):
+        _run("GRAPH_MODE", _User(layer, False, False), *(t.astype(ms.bfloat16) for t in (q, k, v)),
+             ms.Tensor(POSITIONS), *bf16, None, None, None)
+    versions = (k_cache._version, v_cache._version)
+    layer.prologue(q, k, v, POSITIONS, k_cache, v_cache)
+    assert (k_cache._version, v_cache._version) == (versions[0] + 1, versions[1] + 1)
