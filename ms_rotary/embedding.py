@@ -279,8 +279,8 @@ class RotaryEmbedding(nn.Cell):
         positions = self._tensor_positions(positions)
         q_rot, k_rot = self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
         if slots is None:
-            return ops.depend(q_rot, self.write_contiguous(k_rot, v, positions, k_cache, v_cache))
-        return ops.depend(q_rot, self.write_paged(k_rot, v, slots, k_cache, v_cache))
+            return self.write_contiguous(q_rot, k_rot, v, positions, k_cache, v_cache)
+        return self.write_paged(q_rot, k_rot, v, slots, k_cache, v_cache)
 
     def inverse(self, q, k=None, positions=None):
         """The transpose R^T at the same positions, which undoes the rotation (it is orthogonal): DeepSeek-V4

@@ -77,9 +77,9 @@ def _checked(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k
 
 
 class KVCacheWrite(nn.Cell):
-    """write(k_rot, v, rows, k_cache, v_cache) -> a token ordered after both writes; `rows` are the tokens'
-    positions (contiguous caches) or slots (paged), [B, S] or [S]. `guard(message)` makes the target's write
-    guard (targets/*.py, write_guard)."""
+    """write(q_rot, k_rot, v, rows, k_cache, v_cache) -> q_rot, ordered after both writes; `rows` are the
+    tokens' positions (contiguous caches) or slots (paged), [B, S] or [S]. `guard(message)` makes the target's
+    write guard (targets/*.py, write_guard)."""
 
     def __init__(self, paged, guard):
         super().__init__()
@@ -93,16 +93,18 @@ class KVCacheWrite(nn.Cell):
         self.rows_check = ops.Custom(_rows_in_cache(paged), lambda *shapes: [1], lambda *dtypes: ms.int32,
                                      func_type="pyfunc")
 
-    def __call__(self, k_rot, v, rows, k_cache, v_cache):
+    def __call__(self, q_rot, k_rot, v, rows, k_cache, v_cache):
         route = routes.current()
         if route is Route.TRACED:
-            return super().__call__(k_rot, v, rows, k_cache, v_cache)
-        if not self.on_host and route is Route.EAGER:  # device memory: the ops, run now
-            return self.write_ops(k_rot, v, rows, k_cache, v_cache)
+            return super().__call__(q_rot, k_rot, v, rows, k_cache, v_cache)
         if route is Route.RECORDING:
             _pynative_executor.clear_res()  # MindSpore 2.10 would stay recording after a forward raised under grad
             raise ValueError(NOT_DIFFERENTIABLE)
-        return self._write_now(k_rot, v, rows, k_cache, v_cache)
+        if not self.on_host:  # device memory: the ops, run now
+            self.write_ops(k_rot, v, rows, k_cache, v_cache)
+        else:
+            self._write_now(k_rot, v, rows, k_cache, v_cache)
+        return q_rot
 
     def _write_now(self, k_rot, v, rows, k_cache, v_cache):
         for name, value in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -133,14 +135,13 @@ class KVCacheWrite(nn.Cell):
             else:
                 host_array(cache)[np.arange(batch)[:, None], rows] = host_array(values)
             advance_version(cache, cache._version + 1)
-        return k_cache
 
-    def construct(self, k_rot, v, rows, k_cache, v_cache):
+    def construct(self, q_rot, k_rot, v, rows, k_cache, v_cache):
         if F.isconstant(k_cache):
             raise ValueError(self.constant_errors[0])
         if F.isconstant(v_cache):
             raise ValueError(self.constant_errors[1])
-        return self.write_ops(k_rot, v, rows, k_cache, v_cache)
+        return ops.depend(q_rot, self.write_ops(k_rot, v, rows, k_cache, v_cache))
 
     def write_ops(self, k_rot, v, rows, k_cache, v_cache):
         """The write as MindSpore ops: the checks, the rows' check (an op), the guards, ScatterNdUpdate."""
@@ -162,5 +163,5 @@ class KVCacheWrite(nn.Cell):
         written_v = self.update(v_cache, index, v.reshape(batch * seq, heads, dim))
         return ops.depend(written_k, written_v)
 
-    def bprop(self, k_rot, v, rows, k_cache, v_cache, out, dout):
+    def bprop(self, q_rot, k_rot, v, rows, k_cache, v_cache, out, dout):
         raise ValueError(NOT_DIFFERENTIABLE)
