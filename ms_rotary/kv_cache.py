@@ -32,7 +32,7 @@ def check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtyp
                  indices_shape, paged):
     """The shape and dtype rules (eagerly, and traced at compile time): v shaped like k [B, S, Nk, D]; the
     caches [B, P, Nk, D] (contiguous) or [T, Nk, D] (paged), each of its tensor's dtype; the row indices
-    [B, S] (or [S] for B = 1)."""
+    [B, S], or [S] (positions shared by the batch; slots only for B = 1)."""
     if tuple(v_shape) != tuple(k_shape):
         raise ValueError(f"{LAYER}.prologue: v of shape {tuple(v_shape)} must be shaped like k {tuple(k_shape)}")
     batch, seq, heads, dim = k_shape
@@ -46,9 +46,10 @@ def check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtyp
         if element_dtype(dtype) != element_dtype(of):
             raise TypeError(f"{LAYER}.prologue: {name} has dtype {element_dtype(dtype)}, the rows written into "
                             f"it {element_dtype(of)}")
-    if tuple(indices_shape) not in ((batch, seq),) + (((seq,),) if batch == 1 else ()):
+    shared = not paged or batch == 1  # positions [S] serve every batch row; slots name each token's own row
+    if tuple(indices_shape) not in ((batch, seq),) + (((seq,),) if shared else ()):
         raise ValueError(f"{LAYER}.prologue: {_row_rule(paged)} of shape {tuple(indices_shape)} must be "
-                         f"[B, S] = [{batch}, {seq}]" + (" or [S]" if batch == 1 else ""))
+                         f"[B, S] = [{batch}, {seq}]" + (" or [S]" if shared else ""))
 
 
 def outside_message(value, rows, paged):

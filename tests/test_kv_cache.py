@@ -192,6 +192,12 @@ def test_layouts_mrope_without_slots_views_and_autograd_are_refused():
     with pytest.raises(TypeError, match="bf16 KV caches are written in PyNative only on CPU"):
         _run("GRAPH_MODE", _User(layer, False, False), *(t.astype(ms.bfloat16) for t in (q, k, v)),
              ms.Tensor(POSITIONS), *bf16, None, None, None)
+    with pytest.raises(ValueError, match=r"slots of shape \(4,\) must be \[B, S\] = \[2, 4\]$"):
+        layer.prologue(q, k, v, POSITIONS, *_caches(True), slots=SLOTS[0])
+    shared = _caches(False)  # positions [S] serve both batch rows
+    layer.prologue(q, k, v, POSITIONS[0], *shared)
+    want_k = layer(q, k, POSITIONS[0])[1].asnumpy()
+    assert np.array_equal(shared[0].asnumpy()[:, POSITIONS[0]], want_k)
     versions = (k_cache._version, v_cache._version)
     layer.prologue(q, k, v, POSITIONS, k_cache, v_cache)
     assert (k_cache._version, v_cache._version) == (versions[0] + 1, versions[1] + 1)
