@@ -271,9 +271,8 @@ def test_dynamic_rope_and_llama4_scaling_compose_with_the_norm(exec_mode):
         np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=2e-5)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("exec_mode", EXEC_MODES)
-def test_in_place_writes_the_out_of_place_values_and_gradients(backend, exec_mode):
+@pytest.mark.parametrize("exec_mode,backend", cycled_cases([EXEC_MODES], [BACKENDS]))
+def test_in_place_writes_the_out_of_place_values_and_gradients(exec_mode, backend):
     """inplace=True with the norm: q and k themselves hold the out-of-place call's values bit for bit, and the
     gradients through the in-place call (PyNative: the rebinding; graphs: MindSpore's InplaceCopy) are the
     out-of-place call's."""
@@ -400,8 +399,7 @@ BAD_CALLS = {  # name: (q weight, k weight, k given, error, match)
 }
 
 
-@pytest.mark.parametrize("name", BAD_CALLS)
-@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+@pytest.mark.parametrize("name,exec_mode", cycled_cases([list(BAD_CALLS)], [EXEC_MODES]))
 def test_bad_norm_weights_are_refused_by_name_before_any_kernel(name, exec_mode):
     q_weight, k_weight, with_k, error, match = BAD_CALLS[name]
     weights = {None: None, "ok": ms.Tensor(np.ones(D, np.float32)), "wide": ms.Tensor(np.ones(2 * D, np.float32)),

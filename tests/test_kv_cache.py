@@ -5,7 +5,7 @@ stays bit for bit as it was; a refused call writes nothing."""
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import BACKENDS, raw_bits
+from conftest import BACKENDS, cycled_cases, raw_bits
 from mindspore import nn
 
 from ms_rotary import RotaryEmbedding
@@ -59,11 +59,10 @@ def _layer(backend, norm):
 SLOTS = np.array([[31, 2, 17, 8], [0, 25, 9, 14]])  # shuffled rows of a paged cache of 32
 
 
-@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-@pytest.mark.parametrize("norm", [False, True], ids=["plain", "norm"])
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("exec_mode", EXEC_MODES)
-def test_the_prologue_writes_the_layers_rows_and_nothing_else(paged, norm, backend, exec_mode):
+# Each cache kind, with and without the norm, in each execution mode, the backends cycling; the rest: -m slow.
+@pytest.mark.parametrize("paged,norm,exec_mode,backend",
+                         cycled_cases([[False, True], [False, True], EXEC_MODES], [BACKENDS]))
+def test_the_prologue_writes_the_layers_rows_and_nothing_else(paged, norm, exec_mode, backend):
     layer = _layer(backend, norm)
     # 16-bit with the norm: bf16 in PyNative, fp16 in graphs (MindSpore 2.10's CPU graphs cannot move bf16 rows)
     q, k, v, wq, wk = _inputs(dtype=ms.float32 if not norm else ms.bfloat16 if exec_mode == "pynative" else
@@ -135,8 +134,7 @@ BAD = {  # name: (change, error, match)
 }
 
 
-@pytest.mark.parametrize("name", BAD)
-@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+@pytest.mark.parametrize("name,exec_mode", cycled_cases([list(BAD)], [EXEC_MODES]))
 def test_bad_caches_are_refused_by_name_before_any_write(name, exec_mode):
     change, error, match = BAD[name]
     layer = _layer("aot", False)
