@@ -106,7 +106,7 @@ def check_shapes(dy_shape, cos_shape, sin_shape, rotary_mode, partial_slice, dy_
     return start, end
 
 
-def _dtype_name(dtype):
+def dtype_name(dtype):
     """float32 (as users spell it) from ms.float32, the TensorType an infer function receives, or a numpy dtype."""
     if hasattr(dtype, "element_type"):
         dtype = dtype.element_type()
@@ -122,12 +122,12 @@ def check_dtypes(dy_dtype, cos_dtype, sin_dtype, dy_name="dy"):
     """Checks the dtype rules (dy any float type; cos, sin the same float type, independent of dy's)."""
     for name, dtype in ((dy_name, dy_dtype), ("cos", cos_dtype), ("sin", sin_dtype)):
         if element_dtype(dtype) not in FLOAT_DTYPES:
-            raise TypeError(f"{_PREFIX}: {name} has dtype {_dtype_name(element_dtype(dtype))}; "
+            raise TypeError(f"{_PREFIX}: {name} has dtype {dtype_name(element_dtype(dtype))}; "
                             f"supported are float32, float16, bfloat16")
     cos_element, sin_element = element_dtype(cos_dtype), element_dtype(sin_dtype)
     if cos_element != sin_element:
-        raise TypeError(f"{_PREFIX}: cos and sin must have the same dtype, got cos {_dtype_name(cos_element)} "
-                        f"and sin {_dtype_name(sin_element)}")
+        raise TypeError(f"{_PREFIX}: cos and sin must have the same dtype, got cos {dtype_name(cos_element)} "
+                        f"and sin {dtype_name(sin_element)}")
 
 
 def _byte_range(tensor):
@@ -199,7 +199,7 @@ def positions_form(shape, dtype, channels):
     """Checks the caller's positions (positions_rule) and tells whether their channel axis is last (quarter
     mode: moved first for the kernels); raises naming the rule. Shared by the eager path and a traced call
     (there at compile time: shape and dtype are constants)."""
-    shape, name = tuple(shape), _dtype_name(dtype)
+    shape, name = tuple(shape), dtype_name(dtype)
     if name not in POSITION_DTYPES:
         raise TypeError(f"{LAYER}: positions must hold integers ({', '.join(POSITION_DTYPES)}), got dtype {name}"
                         + ("; cast them to int64" if name == "uint64" else ""))
@@ -219,7 +219,7 @@ def kernel_positions(positions, channels):
     if not isinstance(positions, (ms.Tensor, np.ndarray)):
         positions = np.asarray(positions) if len(positions) else np.zeros(0, np.int64)
     channel_last = positions_form(positions.shape, positions.dtype, channels)
-    if _dtype_name(positions.dtype) != "int64":
+    if dtype_name(positions.dtype) != "int64":
         positions = positions.astype(np.int64 if isinstance(positions, np.ndarray) else ms.int64)
     if channel_last:
         positions = positions.transpose(1, 0) if len(positions.shape) == 2 else positions.transpose(2, 0, 1)
@@ -268,8 +268,8 @@ def check_cache_read_call(call, shapes, dtypes, cos_shape, sin_shape, cos_dtype,
     for name, dtype in zip(call.rotated_names, dtypes):
         check_dtypes(dtype, cos_dtype, sin_dtype, name)
     if len(dtypes) == 2 and element_dtype(dtypes[0]) != element_dtype(dtypes[1]):
-        raise TypeError(f"{LAYER}: q and k must share a dtype, got {_dtype_name(dtypes[0])} and "
-                        f"{_dtype_name(dtypes[1])}")
+        raise TypeError(f"{LAYER}: q and k must share a dtype, got {dtype_name(dtypes[0])} and "
+                        f"{dtype_name(dtypes[1])}")
     check_cache_read(call, shapes, cos_shape, sin_shape, positions_shape)
 
 
@@ -295,5 +295,5 @@ def check_norm_weight(name, head_dim, shape=None, dtype=None):
         raise ValueError(f"{LAYER}: {name} of shape {tuple(shape)} must be [head_dim] = [{head_dim}]: the norm "
                          f"scales each lane of a head")
     if dtype is not None and element_dtype(dtype) not in FLOAT_DTYPES:
-        raise TypeError(f"{LAYER}: {name} has dtype {_dtype_name(element_dtype(dtype))}; supported are float32, "
+        raise TypeError(f"{LAYER}: {name} has dtype {dtype_name(element_dtype(dtype))}; supported are float32, "
                         f"float16, bfloat16")

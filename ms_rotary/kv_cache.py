@@ -15,7 +15,7 @@ from mindspore.graph.api import _pynative_executor
 from mindspore.ops import functional as F
 
 from . import routes
-from .constraints import LAYER, element_dtype, overlap, require_contiguous
+from .constraints import LAYER, POSITION_DTYPES, dtype_name, element_dtype, overlap, require_contiguous
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
 from .routes import Route
 from .targets.base import host_array
@@ -29,7 +29,7 @@ def _row_rule(paged):
 
 
 def check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k_cache_dtype, v_cache_dtype,
-                 indices_shape, paged):
+                 indices_shape, indices_dtype, paged):
     """The shape and dtype rules (eagerly, and traced at compile time): v shaped like k [B, S, Nk, D]; the
     caches [B, P, Nk, D] (contiguous) or [T, Nk, D] (paged), each of its tensor's dtype; the row indices
     [B, S], or [S] (positions shared by the batch; slots only for B = 1)."""
@@ -46,6 +46,9 @@ def check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtyp
         if element_dtype(dtype) != element_dtype(of):
             raise TypeError(f"{LAYER}.prologue: {name} has dtype {element_dtype(dtype)}, the rows written into "
                             f"it {element_dtype(of)}")
+    if dtype_name(indices_dtype) not in POSITION_DTYPES:
+        raise TypeError(f"{LAYER}.prologue: {_row_rule(paged)} must hold integers ({', '.join(POSITION_DTYPES)}), "
+                        f"got dtype {dtype_name(indices_dtype)}")
     shared = not paged or batch == 1  # positions [S] serve every batch row; slots name each token's own row
     if tuple(indices_shape) not in ((batch, seq),) + (((seq,),) if shared else ()):
         raise ValueError(f"{LAYER}.prologue: {_row_rule(paged)} of shape {tuple(indices_shape)} must be "
@@ -68,9 +71,9 @@ def _rows_in_cache(paged):
 
 @ops.constexpr
 def _checked(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k_cache_dtype, v_cache_dtype,
-             indices_shape, paged, on_host):
+             indices_shape, indices_dtype, paged, on_host):
     check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k_cache_dtype, v_cache_dtype,
-                 indices_shape, paged)
+                 indices_shape, indices_dtype, paged)
     if on_host and element_dtype(k_cache_dtype) == ms.bfloat16:
         raise TypeError(f"{LAYER}.prologue: bf16 KV caches are written in PyNative only on CPU: MindSpore 2.10's CPU "
                         f"graphs have no bf16 Reshape or ScatterNdUpdate kernel")
@@ -112,10 +115,8 @@ class KVCacheWrite(nn.Cell):
             if not isinstance(value, ms.Tensor):
                 raise TypeError(f"{LAYER}.prologue: {name} must be a mindspore.Tensor, got {type(value).__name__}")
         rows = np.asarray(rows.asnumpy() if isinstance(rows, ms.Tensor) else rows)
-        if rows.dtype.kind not in "iu":
-            raise TypeError(f"{LAYER}.prologue: {_row_rule(self.paged)} must hold integers, got dtype {rows.dtype}")
         check_caches(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype, k_cache.dtype,
-                     v_cache.dtype, rows.shape, self.paged)
+                     v_cache.dtype, rows.shape, rows.dtype, self.paged)
         limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
         if rows.size and (rows.min() < 0 or rows.max() >= limit):
             raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, self.paged))
@@ -147,7 +148,7 @@ class KVCacheWrite(nn.Cell):
     def write_ops(self, k_rot, v, rows, k_cache, v_cache):
         """The write as MindSpore ops: the checks, the rows' check (an op), the guards, ScatterNdUpdate."""
         checked = _checked(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype, k_cache.dtype,
-                           v_cache.dtype, rows.shape, self.paged, self.on_host)
+                           v_cache.dtype, rows.shape, rows.dtype, self.paged, self.on_host)
         batch, seq, heads, dim = k_rot.shape
         rows = rows.astype(ms.int64).reshape(-1, seq).broadcast_to((batch, seq))
         limit = k_cache.shape[0] if self.paged else k_cache.shape[1]

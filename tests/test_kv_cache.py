@@ -131,6 +131,7 @@ BAD = {  # name: (change, error, match)
     "cache of another width": ("k_cache", ValueError, r"k_cache of shape \(2, 16, 2, 16\) must be \[2, P, 2, 32\]"),
     "cache of another dtype": ("v_cache_dtype", TypeError, "v_cache has dtype Float16"),
     "v of another shape": ("v", ValueError, "v of shape .* must be shaped like k"),
+    "float slots": ("slots", TypeError, "slots must hold integers .* got dtype float32"),
 }
 
 
@@ -140,15 +141,19 @@ def test_bad_caches_are_refused_by_name_before_any_write(name, exec_mode):
     layer = _layer("aot", False)
     q, k, v, _, _ = _inputs()
     k_cache, v_cache = _caches(False)
-    if change == "k_cache":
+    paged, slots = change == "slots", None
+    if paged:
+        k_cache, v_cache = _caches(True)
+        slots = ms.Tensor(SLOTS.astype(np.float32))
+    elif change == "k_cache":
         k_cache = ms.Tensor(np.zeros((B, P, NK, D // 2), np.float32))
     elif change == "v_cache_dtype":
         v_cache = v_cache.astype(ms.float16)
-    else:
+    elif change == "v":
         v = ms.Tensor(np.zeros((B, S, NK + 1, D), np.float32))
     before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
     with pytest.raises(error, match=match):
-        _run(exec_mode, _User(layer, False, False), q, k, v, ms.Tensor(POSITIONS), k_cache, v_cache, None, None,
+        _run(exec_mode, _User(layer, paged, False), q, k, v, ms.Tensor(POSITIONS), k_cache, v_cache, slots, None,
              None)
     assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
 
