@@ -1,10 +1,12 @@
 // Runs the CPU kernel in place and out of place, on 1 thread and on 2, on buffers of exactly the tensors'
 // sizes, so a build with AddressSanitizer stops at any read or write past them (test_kernel_memory.py).
-//   kernel_memcheck dy_dtype cos_dtype mode start end conjugate B S N D cb cs cn in_file out_file
+//   kernel_memcheck dy_dtype cos_dtype mode start end conjugate B S N D cb cs cn in_file out_file [norm]
 // in_file: dy, cos, sin bytes back to back; out_file gets, for 1 then 2 threads, dy rotated in place and then
-// the out-of-place output.
+// the out-of-place output. With `norm`, the head norm's paths run too (rotary_kernel.h, HeadNorm: the forward
+// in place and out of place, the backward's dx and fp32 weight gradient, a weight of exactly D floats).
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "rotary_kernel.h"
@@ -20,8 +22,9 @@ std::vector<unsigned char> read_part(std::FILE *f, size_t bytes) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 16) {
-    std::fprintf(stderr, "usage: %s dy_dtype cos_dtype mode start end conjugate B S N D cb cs cn in out\n", argv[0]);
+  if (argc != 16 && !(argc == 17 && std::string(argv[16]) == "norm")) {
+    std::fprintf(stderr, "usage: %s dy_dtype cos_dtype mode start end conjugate B S N D cb cs cn in out [norm]\n",
+                 argv[0]);
     return 2;
   }
   ms_rotary::RotaryProblem p{};
@@ -61,5 +64,31 @@ int main(int argc, char **argv) {
       return 5;
     }
   }
-  return std::fclose(result) == 0 ? 0 : 5;
+  if (std::fclose(result) != 0) return 5;
+  if (argc == 17) {
+    const int64_t D = p.dy_shape[3];
+    std::vector<float> weight(D, 1.25f), weight_grad(D);
+    p.norm.weight = weight.data();
+    p.norm.weight_dtype = ms_rotary::kFloat32;
+    p.norm.eps = 1e-6f;
+    p.norm.offset = 1.0f;
+    for (int threads = 1; threads <= 2; ++threads) {
+      std::vector<unsigned char> in_place = dy, out(dy_bytes), dx(dy_bytes);
+      p.conjugate = false;
+      p.dy = in_place.data();
+      p.out = nullptr;
+      if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 6;
+      p.dy = dy.data();
+      p.out = out.data();
+      if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 6;
+      p.conjugate = true;  // the backward: dy the output's gradient, x the forward's input
+      p.norm.x = in_place.data();
+      p.out = dx.data();
+      p.norm.weight_grad = weight_grad.data();
+      if (ms_rotary::run_rotary(p, threads) != ms_rotary::kOk) return 6;
+      p.norm.x = nullptr;
+      p.norm.weight_grad = nullptr;
+    }
+  }
+  return 0;
 }

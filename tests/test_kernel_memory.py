@@ -56,3 +56,19 @@ def test_kernel_stays_inside_its_buffers(memcheck, tmp_path, mode, dtype, conjug
     for output in outputs:  # in place and out of place, on 1 thread and on 2
         np.testing.assert_array_equal(output, expected)
     assert not np.array_equal(expected, dy)
+
+
+@pytest.mark.parametrize("geometry", ["chunks and a tail, slices prefetched", "64-lane slice, rows read whole"])
+@pytest.mark.parametrize("mode", range(4))
+def test_the_head_norm_stays_inside_its_buffers(memcheck, tmp_path, mode, geometry):
+    """The norm's forward (in place and out of place) and backward (dx and the weight's gradient) read and write
+    only their tensors (and a weight of exactly D floats), on one thread and on two; the dtypes cycle."""
+    shape, (start, end), cos_axes = GEOMETRIES[geometry]
+    dtype = list(DTYPES)[mode % 3]
+    rng = np.random.default_rng(mode)
+    dy = bits_of(rng.uniform(-2, 2, shape), dtype)
+    cos, sin = (bits_of(rng.uniform(-1, 1, cos_axes + (end - start,)), dtype) for _ in range(2))
+    (tmp_path / "in").write_bytes(dy.tobytes() + cos.tobytes() + sin.tobytes())
+    args = [dtype, dtype, mode, start, end, 0, *shape, *cos_axes, tmp_path / "in", tmp_path / "out", "norm"]
+    checked = subprocess.run([memcheck, *map(str, args)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr[-3000:]
