@@ -16,7 +16,7 @@ from mindspore import nn, ops
 
 from .call import LAYOUT_AXES, CacheRead, HeadNorm, RotaryCall
 from .constraints import FLOAT_DTYPES, LAYER, MAX_HEAD_DIM, kernel_positions, normalize_mode
-from .functions import rotary
+from .functions import head_normalised, rotary
 from .head_norms import head_norm_from_config
 from .kv_cache import KVCacheWrite
 from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
@@ -366,9 +366,7 @@ class ComposedNorm(nn.Cell):
         self.traced = self._q_and_k if call.cache.with_k else self._q
 
     def normalised(self, x, weight):
-        x32 = x.astype(ms.float32)
-        r = ops.rsqrt((x32 * x32).mean(-1, keep_dims=True) + self.eps)
-        return (x32 * r * (weight.astype(ms.float32) + self.offset)).astype(x.dtype)
+        return head_normalised(x, weight, self.eps, self.offset).astype(x.dtype)
 
     def construct(self, *inputs):
         return self.traced(*inputs)

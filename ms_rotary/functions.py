@@ -337,6 +337,13 @@ NORM_SECOND_ORDER_ERROR = (
     "with MindSpore ops, then call the layer without norm weights) where a grad of grad is needed.")
 
 
+def head_normalised(x, weight, eps, offset):
+    """A head norm's output in fp32 with MindSpore ops (call.HeadNorm): the rotation's input, which cos/sin
+    multiply; also Ascend's norm before its rotation kernel (embedding.ComposedNorm)."""
+    x = x.astype(ms.float32)
+    return x * ops.rsqrt((x * x).mean(-1, keep_dims=True) + eps) * (weight.astype(ms.float32) + offset)
+
+
 class NormBackward(nn.Cell):
     """(a head norm's call's inputs, dout) -> their gradients: dq (dk) and the weights' from the target's backward
     (eagerly one pass a tensor; traced its dx and weight-gradient primitives), cos/sin as a cache read's
@@ -369,10 +376,7 @@ class NormBackward(nn.Cell):
         return (*(dx for dx, _ in grads), dcos, dsin, None, *(dw for _, dw in grads))
 
     def normalised(self, x, weight):
-        """The head norm's output in fp32 with MindSpore ops: the rotation's input, which cos/sin multiply."""
-        x = x.astype(ms.float32)
-        r = ops.rsqrt((x * x).mean(-1, keep_dims=True) + self.eps)
-        return x * r * (weight.astype(ms.float32) + self.offset)
+        return head_normalised(x, weight, self.eps, self.offset)
 
     def _cache_grads(self, tensors, weights, douts, cos, positions):
         dcos, dsin = self.cache_grads.per_token(douts[0], self.normalised(tensors[0], weights[0]), cos)
