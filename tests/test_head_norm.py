@@ -328,6 +328,25 @@ def test_in_place_refuses_views_and_aliased_weights_before_any_write(exec_mode):
     assert np.array_equal(raw_bits(base), before)
 
 
+@pytest.mark.parametrize("bad,exec_mode", cycled_cases([["wide q weight", "integer k weight", "position 99"]],
+                                                        [EXEC_MODES]))
+def test_in_place_refusals_in_the_users_cell_leave_q_and_k_as_they_were(bad, exec_mode):
+    """inplace=True with the norm: a bad weight (at compile time in graphs) or a position outside the cache (while
+    the graph runs) is ms_rotary's error, and q and k are bit for bit as they were."""
+    layer = _layer(0, "aot", inplace=True)
+    (q, k, wq, wk), _ = _inputs(np.random.default_rng(12), "float32", "float32")
+    wq = ms.Tensor(np.ones(2 * D, np.float32)) if bad == "wide q weight" else wq
+    wk = ms.Tensor(np.ones(D, np.int32)) if bad == "integer k weight" else wk
+    positions = np.array(POSITIONS)
+    positions[1, 2] = 99 if bad == "position 99" else positions[1, 2]
+    before = [raw_bits(t).copy() for t in (q, k)]
+    match = {"wide q weight": r"q_norm_weight of shape \(64,\)", "integer k weight": "k_norm_weight has dtype int32",
+             "position 99": r"position 99 is outside the cos/sin cache \[0, 16\)"}[bad]
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
+        _run(exec_mode, _UserCell(layer), q, k, ms.Tensor(positions), wq, wk)[0].asnumpy()
+    assert all(np.array_equal(raw_bits(t), b) for t, b in zip((q, k), before))
+
+
 def test_each_backend_and_thread_count_give_the_same_bits():
     """The compiled kernel and the numpy kernel agree bit for bit on values and dx (the same fp32 operations in
     the same order, the sums over a head in one fixed order); the weights' gradients, summed in double, within an
