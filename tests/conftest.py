@@ -20,7 +20,9 @@ WORKERS_ENV = "MS_ROTARY_TEST_WORKERS"
 def pytest_cmdline_main(config):
     """With pytest-xdist installed, a run of more than named cases spreads over min(4, CPUs) workers
     (MS_ROTARY_TEST_WORKERS=N sets N; 0 or -n 0 runs in this process): most tests wait on MindSpore's graph
-    compiler, subprocesses or C++ builds, so two workers on two cores finish in about two thirds of the time."""
+    compiler, subprocesses or C++ builds, so two workers on two cores finish in about two thirds of the time.
+    Work stealing: a worker that runs dry takes half of another's queue (xdist's `load` left one worker alone
+    with a minute of queued tests here)."""
     if not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
         return
     if hasattr(config, "workerinput") or config.option.usepdb or _named_on_the_command_line(config):
@@ -28,6 +30,8 @@ def pytest_cmdline_main(config):
     workers = int(os.environ.get(WORKERS_ENV, min(4, os.cpu_count() or 1)))
     if workers > 1:
         config.option.numprocesses = workers
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
 
 
 def pytest_configure(config):
@@ -81,14 +85,20 @@ def _deselect_slow_unless_asked(config, items):
         items[:] = kept
 
 
+# Each runs programs of its own for up to a minute (msrun's job, the examples): first, so no worker is left
+# with one of them at the end.
+LONG_MODULES = {"test_data_parallel", "test_examples"}
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Slow cases deselected unless asked for. The C++ programs the selected tests use start building now, one
     at a time on one core, and the tests that wait for them run last, after the Python tests have used the
-    other core meanwhile."""
+    other core meanwhile; the long modules run first."""
     _deselect_slow_unless_asked(config, items)
     modules = {item.module.__name__ for item in items}
     builds.start(modules & builds.USED_BY)
-    items.sort(key=lambda item: item.module.__name__ in builds.USED_BY)  # stable: order kept within each part
+    # stable: order kept within each part
+    items.sort(key=lambda item: (item.module.__name__ in builds.USED_BY, item.module.__name__ not in LONG_MODULES))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -10,7 +10,7 @@ import sys
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import OPS, apply_rotary_op, random_tensor
+from conftest import OPS, Spread, apply_rotary_op, cycled_cases, random_tensor
 from mindspore import Parameter, nn
 
 import ms_rotary
@@ -64,16 +64,21 @@ def _expected_scale_grad(op_name, x64, cos64, sin64, w64):
     return x64 * apply_op(op_name, w64, cos64, sin64, transpose=True)
 
 
-@pytest.fixture(params=["pynative", "GRAPH_MODE"])
-def amp_exec_mode(request):
-    ms.set_context(mode=ms.GRAPH_MODE if request.param == "GRAPH_MODE" else ms.PYNATIVE_MODE)
-    yield request.param
+AMP_EXEC_MODES = ["pynative", "GRAPH_MODE"]
+
+
+@pytest.fixture
+def amp_exec_mode(exec_mode):
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    yield exec_mode
     ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
-@pytest.mark.parametrize("op_name", OPS)
-@pytest.mark.parametrize("level,dtype", LEVEL_DTYPES, ids=lambda v: str(v))
-def test_auto_mixed_precision_value_and_grad_with_aux(level, dtype, op_name, amp_exec_mode):
+# Each (level, dtype, mode) with one op, the ops cycling (the product under -m slow): the amp casts are the
+# network's, the same around every op.
+@pytest.mark.parametrize("level,dtype,exec_mode,op_name",
+                         cycled_cases([[Spread(pair) for pair in LEVEL_DTYPES], AMP_EXEC_MODES], [list(OPS)]))
+def test_auto_mixed_precision_value_and_grad_with_aux(level, dtype, exec_mode, op_name, amp_exec_mode):
     (x, cos, sin, w), (x64, cos64, sin64, w64) = _inputs()
     scaled = Scaled(getattr(ms_rotary, op_name)(MODE, list(SLICE)))
     net = ms.amp.auto_mixed_precision(scaled, level, dtype=dtype)
@@ -89,9 +94,8 @@ def test_auto_mixed_precision_value_and_grad_with_aux(level, dtype, op_name, amp
     np.testing.assert_allclose(grad.asnumpy(), expected, rtol=5e-2, atol=5e-2 * np.abs(expected).max())
 
 
-@pytest.mark.parametrize("op_name", OPS)
-@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
-def test_build_train_network_one_step(level, op_name, amp_exec_mode):
+@pytest.mark.parametrize("level,exec_mode,op_name", cycled_cases([["O1", "O2", "O3"], AMP_EXEC_MODES], [list(OPS)]))
+def test_build_train_network_one_step(level, exec_mode, op_name, amp_exec_mode):
     (x, cos, sin, w), (x64, cos64, sin64, w64) = _inputs()
     net = ScaledLoss(getattr(ms_rotary, op_name)(MODE, list(SLICE)))
     # CPU takes no dynamic loss scaling (O2/O3's default)
