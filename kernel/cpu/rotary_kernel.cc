@@ -350,20 +350,37 @@ struct Geometry {
 // memory, so geometry read from memory would be reloaded after every row's stores and each next row's
 // address would wait behind them: rows stop overlapping in memory; NOTES.md, issue 38).
 // What is prefetched and why: slices far apart (a slice under half its row, or under 4 cache lines) defeat the
-// hardware prefetcher, each row a new stream, often a new page: requesting the slice ~1 KiB of slices ahead
-// (2..32 rows) hides that latency (with the addresses in registers 1 KiB beat 2 KiB, and 768 B or 1.5 KiB did
-// worse: NOTES.md, issue 38); only the slice's lines are read (reading whole rows instead cost up to 2x:
-// NOTES.md, issue 27). Dense slices (at least half their row and 4 lines) stream well on their own, and a
-// software prefetch there only costs issue slots.
-inline int64_t prefetch_rows(int64_t slice_bytes, int64_t row_bytes) {
-  if (slice_bytes >= 256 && 2 * slice_bytes >= row_bytes) return 0;
-  return std::min<int64_t>(32, std::max<int64_t>(2, 1024 / std::max<int64_t>(slice_bytes, 1)));
+// hardware prefetcher, each row a new stream, often a new page. Each such slice is requested twice: into L2
+// ~4 KiB of slices ahead (4..64 rows), then into L1 a quarter of that ahead, which completes from L2, so the
+// rotation's work overlaps the memory time (an L1 request alone, ~1 KiB ahead, left 16-bit rows at 1.3-1.5x
+// the same-bytes loop: NOTES.md, issue 38). Only the slice's lines are read (whole rows cost up to 2x: NOTES.md,
+// issue 27). Dense slices (at least half their row and 4 lines) stream well on their own, and a software
+// prefetch there only costs issue slots.
+struct PrefetchRows {
+  int64_t into_l2 = 0, into_l1 = 0;  // rows ahead; 0: none
+};
+
+inline PrefetchRows prefetch_rows(int64_t slice_bytes, int64_t row_bytes) {
+  if (slice_bytes >= 256 && 2 * slice_bytes >= row_bytes) return {};
+  const int64_t into_l2 = std::min<int64_t>(64, std::max<int64_t>(4, 4096 / std::max<int64_t>(slice_bytes, 1)));
+  return {into_l2, into_l2 / 4};
 }
 
+// LOCALITY: 3 into L1, 2 into L2 (prefetcht0, prefetcht1).
+template <int LOCALITY>
 inline void prefetch_slice(const void *p, int64_t bytes) {
   const char *c = static_cast<const char *>(p);
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 1, 3);
-  __builtin_prefetch(c + bytes - 1, 1, 3);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, LOCALITY);
+  __builtin_prefetch(c + bytes - 1, 0, LOCALITY);
+}
+
+// Both requests for the slice at `slice`, `row` of rows ending at row_end; `stride`: elements a row.
+template <typename T>
+inline void prefetch_ahead(const T *slice, int64_t row, int64_t row_end, int64_t stride, int64_t bytes,
+                           PrefetchRows ahead) {
+  if (ahead.into_l2 == 0) return;
+  if (row + ahead.into_l2 < row_end) prefetch_slice<2>(slice + ahead.into_l2 * stride, bytes);
+  if (row + ahead.into_l1 < row_end) prefetch_slice<3>(slice + ahead.into_l1 * stride, bytes);
 }
 
 // Rows [row_begin, row_end) of dy; `out` is dy (in place) or a separate tensor that also gets the lanes
@@ -377,7 +394,8 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   CosSinLanes cs;
   int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once (lane channels: each token's)
   U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
-  const int64_t ahead = prefetch_rows(g.len * static_cast<int64_t>(sizeof(T)), g.D * static_cast<int64_t>(sizeof(T)));
+  const int64_t slice_bytes = g.len * static_cast<int64_t>(sizeof(T));
+  const PrefetchRows ahead = prefetch_rows(slice_bytes, g.D * static_cast<int64_t>(sizeof(T)));
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   // Heads of one token that read the same cos row run as one inner loop, with no lookup between them.
   const bool in_place = static_cast<const void *>(dy) == static_cast<const void *>(out);
@@ -399,14 +417,14 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
     if (in_place && g.len == kFixedLen) {  // the common case, with nothing decided a row
       for (; row < run_end; ++row) {
         T *slice = out + row * g.D + g.start;
-        if (ahead > 0 && row + ahead < row_end) prefetch_slice(slice + ahead * g.D, g.len * sizeof(T));
+        prefetch_ahead(slice, row, row_end, g.D, slice_bytes, ahead);
         rotate_fixed_slice<CONJ, in_layout, out_layout>(slice, slice, cs);
       }
     }
     for (; row < run_end; ++row) {
       const T *src = dy + row * g.D + g.start;
       T *dst = out + row * g.D + g.start;
-      if (ahead > 0 && row + ahead < row_end) prefetch_slice(src + ahead * g.D, g.len * sizeof(T));
+      prefetch_ahead(src, row, row_end, g.D, slice_bytes, ahead);
       if (src != dst) {
         std::memcpy(dst - g.start, src - g.start, g.start * sizeof(T));
         std::memcpy(dst + g.len, src + g.len, (g.D - g.end) * sizeof(T));
