@@ -8,6 +8,9 @@ with no op of their own, and the caches' version counters move; traced (and on a
 ScatterNdUpdate writes them, behind the target's write guard (a view passed into the graph is refused before
 anything is written). Every row index is checked first (outside the cache: an error naming it, nothing
 written). Not differentiable: under autograd it is refused."""
+import ctypes
+import functools
+
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
@@ -53,6 +56,26 @@ def check_caches(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtyp
     if tuple(indices_shape) not in ((batch, seq),) + (((seq,),) if shared else ()):
         raise ValueError(f"{LAYER}.prologue: {_row_rule(paged)} of shape {tuple(indices_shape)} must be "
                          f"[B, S] = [{batch}, {seq}]" + (" or [S]" if shared else ""))
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_signature(*signature):
+    """check_caches once per signature of shapes and dtypes: a decode loop repeats one."""
+    check_caches(*signature)
+
+
+def _copy_rows(cache, values, targets):
+    """values' B * S token rows into the cache's rows `targets` ([B * S]) on host memory: one copy when the rows
+    follow each other (a decode step, a prompt from 0), else numpy's indexed write."""
+    count = targets.size
+    if count == 0:
+        return
+    row_bytes = values.nbytes // count
+    if count == 1 or (targets[-1] - targets[0] == count - 1 and (np.diff(targets) == 1).all()):
+        ctypes.memmove(cache.data_ptr() + int(targets[0]) * row_bytes, values.data_ptr(), count * row_bytes)
+    else:
+        host_array(cache).view(np.uint8).reshape(-1, row_bytes)[targets] = \
+            host_array(values).view(np.uint8).reshape(count, row_bytes)
 
 
 def outside_message(value, rows, paged):
@@ -115,8 +138,8 @@ class KVCacheWrite(nn.Cell):
             if not isinstance(value, ms.Tensor):
                 raise TypeError(f"{LAYER}.prologue: {name} must be a mindspore.Tensor, got {type(value).__name__}")
         rows = np.asarray(rows.asnumpy() if isinstance(rows, ms.Tensor) else rows)
-        check_caches(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype, k_cache.dtype,
-                     v_cache.dtype, rows.shape, rows.dtype, self.paged)
+        _checked_signature(tuple(k_rot.shape), tuple(v.shape), tuple(k_cache.shape), tuple(v_cache.shape),
+                           k_rot.dtype, v.dtype, k_cache.dtype, v_cache.dtype, rows.shape, rows.dtype, self.paged)
         limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
         if rows.size and (rows.min() < 0 or rows.max() >= limit):
             raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, self.paged))
@@ -128,14 +151,13 @@ class KVCacheWrite(nn.Cell):
         if k_cache.size and overlap(k_cache, v_cache):
             raise ValueError(f"{LAYER}.prologue: k_cache and v_cache share memory")
         batch, seq = k_rot.shape[:2]
-        rows = np.broadcast_to(rows.reshape(-1, seq), (batch, seq))
+        # each token's row among the cache's rows ([T] paged, [B * P] contiguous)
+        targets = rows.reshape(-1) if self.paged else \
+            (rows.reshape(-1, seq).astype(np.int64) + np.arange(batch)[:, None] * limit).reshape(-1)
         k_rot, v = (t if t.is_contiguous() else t.contiguous() for t in (k_rot, v))
         _pynative_executor.sync()  # the ops that produce k and v have run; earlier reads of the caches too
         for cache, values in ((k_cache, k_rot), (v_cache, v)):
-            if self.paged:
-                host_array(cache)[rows.reshape(-1)] = host_array(values).reshape(batch * seq, *values.shape[2:])
-            else:
-                host_array(cache)[np.arange(batch)[:, None], rows] = host_array(values)
+            _copy_rows(cache, values, targets)
             advance_version(cache, cache._version + 1)
 
     def construct(self, q_rot, k_rot, v, rows, k_cache, v_cache):

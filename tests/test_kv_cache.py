@@ -107,6 +107,30 @@ def test_a_decode_loop_over_the_caches_equals_the_full_sequence_and_paged_equals
     assert np.array_equal(paged[1].asnumpy()[SLOTS], contiguous[1].asnumpy()[rows])
 
 
+@pytest.mark.parametrize("dtype", [ms.float32, ms.bfloat16], ids=["float32", "bfloat16"])
+def test_one_sequence_s_rows_in_each_eager_write_path(dtype):
+    """Eagerly, rows that follow each other (a decode step, a prompt) go in one copy, others by index: each
+    writes k's rotated rows and v's rows where they belong and nothing else, bit for bit."""
+    layer = _layer("aot", False)
+    for paged, rows in ((False, [[9]]), (False, [[4, 5, 6]]), (False, [[7, 3, 8]]), (True, [[20]]),
+                        (True, [[11, 12, 13, 14]]), (True, [[30, 2]])):
+        q, k, v, _, _ = _inputs(seed=len(rows[0]), dtype=dtype, seq=len(rows[0]))
+        q, k, v = q[:1], k[:1], v[:1]
+        k_cache, v_cache = _caches(paged, dtype)
+        k_cache, v_cache = (c[:1] if not paged else c for c in (k_cache, v_cache))
+        before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
+        positions = ms.Tensor(np.array(rows) % P)
+        slots = ms.Tensor(np.array(rows)) if paged else None
+        q_rot = layer.prologue(q, k, v, positions, k_cache, v_cache, slots)
+        want_q, want_k = layer(q, k, positions)
+        assert np.array_equal(raw_bits(q_rot), raw_bits(want_q))
+        index = (np.array(rows[0]),) if paged else (0, np.array(rows[0]))
+        for cache, old, values in zip((k_cache, v_cache), before, (want_k, v)):
+            want = old.copy()
+            want[index] = raw_bits(values)[0]
+            assert np.array_equal(raw_bits(cache), want), (paged, rows)
+
+
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
 @pytest.mark.parametrize("exec_mode", EXEC_MODES)
 def test_a_row_outside_the_cache_is_refused_by_name_and_nothing_is_written(paged, exec_mode):
