@@ -72,6 +72,7 @@ TRANSFORMERS_FAMILIES = {
     'gemma4_unified_text': ('half', {'full_attention': {'rope_type': 'proportional', 'partial_rotary_factor': 0.25, 'rope_theta': 1000000.0}, 'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0}}),
     'glm': ('interleave', {'partial_rotary_factor': 0.5, 'rope_theta': 10000.0, 'rope_type': 'default'}),
     'glm4': ('interleave', {'partial_rotary_factor': 0.5, 'rope_theta': 10000.0, 'rope_type': 'default'}),
+    'glm4_moe': ('half', {'partial_rotary_factor': 0.5, 'rope_theta': 10000.0, 'rope_type': 'default'}),
     'glm_ocr': ('interleave', None),
     'glm_ocr_text': ('interleave', None),
     'glmasr': ('half', None),

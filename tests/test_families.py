@@ -22,7 +22,7 @@ NOT_IN_THE_TABLE = frozenset((
     'dbrx', 'deepseek_ocr2_sam_vision_model', 'deepseek_ocr2_vision', 'dots3_note_audio_encoder',
     'dots3_note_vision_encoder', 'efficientloftr', 'emu3_vqgan', 'eomt_dinov3', 'ergo', 'ernie4_5_vl_moe_vision',
     'esmfold2', 'gemma3n_audio', 'gemma3n_vision', 'gemma4_audio', 'gemma4_unified_audio', 'gemma4_unified_vision',
-    'gemma4_vision', 'glm4_moe', 'glm4_moe_lite', 'glm4v', 'glm4v_moe', 'glm4v_moe_text', 'glm4v_moe_vision',
+    'gemma4_vision', 'glm4_moe_lite', 'glm4v', 'glm4v_moe', 'glm4v_moe_text', 'glm4v_moe_vision',
     'glm4v_text', 'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
     'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
     'idefics_perciever', 'idefics_vision', 'lasr_ctc', 'minimax_m3_vl', 'minimax_m3_vl_text',
@@ -160,10 +160,17 @@ def test_top_level_original_length_local_theta_and_family_defaults_are_read():
     assert oss.rope_theta == 150000.0 and oss.rope_scaling["rope_type"] == "yarn"
 
 
+# GLM-4.5-Air's config.json, its rope fields: half of each 128-lane head rotates (the family's default config
+# gives 42-lane heads, whose 21 rotated lanes ms_rotary refuses: see test_an_odd_rotary_width_is_refused).
+GLM45_AIR = {"model_type": "glm4_moe", "hidden_size": 4096, "num_attention_heads": 96, "num_key_value_heads": 8,
+             "head_dim": 128, "partial_rotary_factor": 0.5, "rope_theta": 1000000, "max_position_embeddings": 131072}
+
+
 @pytest.mark.parametrize("name, config_json, positions, layer_type", [
     ("Phi-3.5 short", PHI35, [0, 5, 299], None), ("Phi-3.5 long", PHI35, [0, 300, 5000], None),
     ("Gemma-3 sliding", GEMMA3, [0, 7, 3100], "sliding_attention"),
     ("Gemma-3 full", GEMMA3, [0, 7, 3100], "full_attention"), ("gpt_oss defaults", GPT_OSS, [0, 7, 3100], None),
+    ("GLM-4.5-Air", GLM45_AIR, [0, 7, 3100], None),
     # families whose default config uses one of their two nested layer types: the other, as a config using it
     *((f"{model_type} {layer_type}", {"model_type": model_type, "num_hidden_layers": 2, "layer_types": types,
                                        "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
@@ -182,6 +189,13 @@ def test_hub_configs_give_transformers_tables(transformers, name, config_json, p
         got = got[:, :expected.shape[-1]]
     # transformers rounds its angles in fp32: at position 5000 that is ~2.4e-4 of an angle
     np.testing.assert_allclose(got, expected, rtol=0, atol=5e-4, err_msg=name)
+
+
+def test_an_odd_rotary_width_is_refused():
+    """transformers rotates 2 * ceil(w / 2) lanes with its frequencies' exponent over w: no layout of ms_rotary's
+    states that, so an odd width w is refused by name, never rounded."""
+    with pytest.raises(ValueError, match="the rotary width 21 must be even and at most head_dim=42"):
+        RopeConfig.from_config({**GLM45_AIR, "head_dim": 42})
 
 
 def test_an_unknown_type_whose_text_form_is_known_says_so():

@@ -24,8 +24,16 @@ README_BEGIN, README_END = "<!-- families: written by python -m tools.rope_famil
 WELL_KNOWN = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
               "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma2", "gemma3_text", "gemma3n_text", "gemma4_text", "phi3",
               "phimoe", "gpt_neox", "olmo2", "olmo3", "granite", "smollm3", "exaone4", "gpt_oss", "ernie4_5",
-              "hunyuan_v1_dense", "seed_oss", "minicpm3", "glm", "glm4", "chatglm", "gptj", "cohere", "cohere2",
-              "deepseek_v2", "deepseek_v3", "deepseek_v4")
+              "hunyuan_v1_dense", "seed_oss", "minicpm3", "glm", "glm4", "glm4_moe", "chatglm", "gptj", "cohere",
+              "cohere2", "deepseek_v2", "deepseek_v3", "deepseek_v4")
+
+
+# Families compared under the fields their checkpoints give where the default config cannot be compared as it is.
+CHECKPOINT_FIELDS = {
+    # default head_dim 42 x partial 0.5: 21 rotated lanes, odd (transformers rotates 22 with the exponent over
+    # 21; ms_rotary refuses odd widths); GLM-4.5 / 4.6 / 4.7 checkpoints give 128, so 64 lanes
+    "glm4_moe": {"head_dim": 128},
+}
 
 
 def rotary_module(model_type):
@@ -34,7 +42,7 @@ def rotary_module(model_type):
     config_class = CONFIG_MAPPING[model_type]
     try:
         module = importlib.import_module(config_class.__module__.replace("configuration_", "modeling_"))
-        config = config_class()
+        config = config_class(**CHECKPOINT_FIELDS.get(model_type, {}))
         config = config.get_text_config() if hasattr(config, "get_text_config") else config
     except Exception:  # noqa: BLE001 (a module that needs other packages, a config that needs arguments)
         return None
