@@ -152,8 +152,8 @@ class KVCacheWrite(nn.Cell):
             raise ValueError(f"{LAYER}.prologue: k_cache and v_cache share memory")
         batch, seq = k_rot.shape[:2]
         # each token's row among the cache's rows ([T] paged, [B * P] contiguous)
-        targets = rows.reshape(-1) if self.paged else \
-            (rows.reshape(-1, seq).astype(np.int64) + np.arange(batch)[:, None] * limit).reshape(-1)
+        rows = rows.astype(np.int64).reshape(-1, seq)
+        targets = (rows if self.paged else rows + np.arange(batch)[:, None] * limit).reshape(-1)
         k_rot, v = (t if t.is_contiguous() else t.contiguous() for t in (k_rot, v))
         _pynative_executor.sync()  # the ops that produce k and v have run; earlier reads of the caches too
         for cache, values in ((k_cache, k_rot), (v_cache, v)):
