@@ -36,6 +36,7 @@ FAMILY_MODES = {
     **dict.fromkeys(("glm", "glm4", "chatglm", "gptj"), "interleave"),  # pairs (rotate_every_two)
     "deepseek_v2": "interleave",  # complex pairs on the tail [nope | rope] of each head
     "deepseek_v3": "interleave-half",  # rope_interleave (default): pairs in, halves out; else "half"
+    "glm4_moe_lite": "interleave-half",  # GLM-4.7-Flash: DeepSeek-V3's attention (MLA, rope_interleave)
     "deepseek_v4": "interleave",  # pairs on the tail of each head, rope parameters by kind ("main", "compress")
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
@@ -43,7 +44,9 @@ _TAIL_FAMILIES = ("deepseek_v4",)
 # Families whose rotate_half flips the other half's sign (NanoChat: (x2, -x1) for (-x2, x1)): they turn each pair
 # by -angle, the transpose of the rotation, which is the rotation with sin negated.
 TRANSPOSED_FAMILIES = ("nanochat",)
-_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
+# Families whose config's rope_interleave=False turns the pairs-in, halves-out layout into plain halves.
+_ROPE_INTERLEAVE_FAMILIES = ("deepseek_v3", "glm4_moe_lite")
 # The rope parameters a family's transformers config class gives a config.json that has none of the rope keys.
 FAMILY_ROPE_DEFAULTS = {model_type: parameters for model_type, (_, parameters) in TRANSFORMERS_FAMILIES.items()
                         if parameters is not None}
@@ -240,7 +243,7 @@ def _mrope(fields, model_type, parameters):
 def _mode(fields, model_type, rotary_mode):
     if rotary_mode is not None:
         return normalize_mode(rotary_mode)
-    if model_type == "deepseek_v3" and fields.get("rope_interleave") is False:
+    if model_type in _ROPE_INTERLEAVE_FAMILIES and fields.get("rope_interleave") is False:
         return normalize_mode("half")
     if model_type not in FAMILY_MODES:
         text = f"{model_type}_text"

@@ -22,7 +22,7 @@ NOT_IN_THE_TABLE = frozenset((
     'dbrx', 'deepseek_ocr2_sam_vision_model', 'deepseek_ocr2_vision', 'dots3_note_audio_encoder',
     'dots3_note_vision_encoder', 'efficientloftr', 'emu3_vqgan', 'eomt_dinov3', 'ergo', 'ernie4_5_vl_moe_vision',
     'esmfold2', 'gemma3n_audio', 'gemma3n_vision', 'gemma4_audio', 'gemma4_unified_audio', 'gemma4_unified_vision',
-    'gemma4_vision', 'glm4_moe_lite', 'glm4v', 'glm4v_moe', 'glm4v_moe_text', 'glm4v_moe_vision',
+    'gemma4_vision', 'glm4v', 'glm4v_moe', 'glm4v_moe_text', 'glm4v_moe_vision',
     'glm4v_text', 'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
     'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
     'idefics_perciever', 'idefics_vision', 'lasr_ctc', 'minimax_m3_vl', 'minimax_m3_vl_text',

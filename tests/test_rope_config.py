@@ -18,7 +18,7 @@ DEEPSEEK_YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_emb
 
 # family: (model_type, config kwargs, transformers module, its apply function, q heads); transformers' apply
 # function takes the whole head, except for the families in ROTATED_PART_ONLY (their attention splits first).
-ROTATED_PART_ONLY = ("phi", "deepseek_v3")
+ROTATED_PART_ONLY = ("phi", "deepseek_v3", "glm4_moe_lite")
 FAMILIES = {
     "Llama-3 (llama3 scaling, GQA)": ("llama", dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
                                                     max_position_embeddings=131072,
@@ -46,6 +46,16 @@ FAMILIES = {
                             v_head_dim=32, max_position_embeddings=163840,
                             rope_parameters={**DEEPSEEK_YARN, "rope_theta": 10000.0}),
         "deepseek_v3", "apply_rotary_pos_emb_interleave", 2),
+    "GLM-4.7-Flash (DeepSeek-V3's attention: interleave-half on the tail)": (
+        "glm4_moe_lite", dict(hidden_size=128, num_attention_heads=2, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                              v_head_dim=32, max_position_embeddings=8192,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "glm4_moe_lite", "apply_rotary_pos_emb_interleave", 2),
+    "GLM-4.7-Flash, rope_interleave=False (halves)": (
+        "glm4_moe_lite", dict(hidden_size=128, num_attention_heads=2, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                              v_head_dim=32, max_position_embeddings=8192, rope_interleave=False,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "glm4_moe_lite", "apply_rotary_pos_emb", 2),
     "NanoChat (transposed: rotate_half flips the other half)": (
         "nanochat", dict(hidden_size=128, num_attention_heads=2, max_position_embeddings=8192,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),

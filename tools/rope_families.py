@@ -129,7 +129,8 @@ def default_rope_parameters(model_type):
 # Families whose attention does not call the module's apply_rotary_pos_emb as compared here (rope_config's
 # hand-checked entries hold them).
 APPLIED_ELSEWHERE = {
-    "deepseek_v3": "its attention calls apply_rotary_pos_emb_interleave (rope_interleave, the default)"}
+    "deepseek_v3": "its attention calls apply_rotary_pos_emb_interleave (rope_interleave, the default)",
+    "glm4_moe_lite": "DeepSeek-V3's attention: apply_rotary_pos_emb_interleave on each head's rope part"}
 
 
 def discover():
