@@ -31,7 +31,7 @@ WELL_KNOWN = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe"
 # Families compared under the fields their checkpoints give where the default config cannot be compared as it is.
 CHECKPOINT_FIELDS = {
     # default head_dim 42 x partial 0.5: 21 rotated lanes, odd (transformers rotates 22 with the exponent over
-    # 21; ms_rotary refuses odd widths); GLM-4.5 / 4.6 / 4.7 checkpoints give 128, so 64 lanes
+    # 21; ms_rotary refuses odd widths); GLM-4.5-Air's config.json gives head_dim 128, so 64 lanes
     "glm4_moe": {"head_dim": 128},
 }
 
