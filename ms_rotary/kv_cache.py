@@ -6,8 +6,8 @@
 Eagerly (PyNative on the host) the rows are copied on the host's memory after MindSpore's queue has drained,
 with no op of their own, and the caches' version counters move; traced (and on a device), MindSpore's
 ScatterNdUpdate writes them, behind the target's write guard (a view passed into the graph is refused before
-anything is written). Every row index is checked first (outside the cache: an error naming it, nothing
-written). Not differentiable: under autograd it is refused."""
+anything is written). Every row index is checked first (outside the cache, or one row for two tokens: an error
+naming it, nothing written). Not differentiable: under autograd it is refused."""
 import ctypes
 import functools
 
@@ -83,11 +83,27 @@ def outside_message(value, rows, paged):
             f"nothing was written")
 
 
+def check_rows(rows, limit, paged):
+    """Each token's cache row ([S] or [B, S]): inside the cache's `limit` rows, and none named for two tokens (a
+    slot twice in a paged cache, a position twice in one batch row of a contiguous one: one token's k and v
+    would be lost). Eagerly, and inside a graph's check op."""
+    rows = np.asarray(rows)
+    if rows.size == 0:
+        return
+    if rows.min() < 0 or rows.max() >= limit:
+        raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, paged))
+    groups = np.sort(rows.reshape(1, -1) if paged else rows.reshape(-1, rows.shape[-1]), axis=-1)
+    twice = groups[:, 1:] == groups[:, :-1]
+    if twice.any():
+        where = "" if paged else " of one batch row"
+        raise ValueError(f"{LAYER}.prologue: {_row_rule(paged)} value {int(groups[:, 1:][twice][0])} names one KV "
+                         f"cache row for two tokens{where}: each token's k and v need a row of their own; nothing "
+                         f"was written")
+
+
 def _rows_in_cache(paged):
     def check(rows, limit):
-        rows, limit = np.asarray(rows), int(limit)
-        if rows.size and (rows.min() < 0 or rows.max() >= limit):
-            raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, paged))
+        check_rows(rows, int(limit), paged)
         return np.zeros(1, np.int32)
     return check
 
@@ -141,8 +157,7 @@ class KVCacheWrite(nn.Cell):
         _checked_signature(tuple(k_rot.shape), tuple(v.shape), tuple(k_cache.shape), tuple(v_cache.shape),
                            k_rot.dtype, v.dtype, k_cache.dtype, v_cache.dtype, rows.shape, rows.dtype, self.paged)
         limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
-        if rows.size and (rows.min() < 0 or rows.max() >= limit):
-            raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, self.paged))
+        check_rows(rows, limit, self.paged)
         for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
             require_contiguous(cache, name)
             for other, other_name in ((k_rot, "k"), (v, "v")):

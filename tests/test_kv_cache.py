@@ -151,6 +151,37 @@ def test_a_row_outside_the_cache_is_refused_by_name_and_nothing_is_written(paged
     assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
 
 
+# Each execution mode, the cache kinds cycling; the rest: -m slow.
+@pytest.mark.parametrize("exec_mode,paged", cycled_cases([EXEC_MODES], [[False, True]]))
+def test_one_row_named_for_two_tokens_is_refused_by_name_and_nothing_is_written(exec_mode, paged):
+    """A slot twice, or a position twice in one batch row: one token's k and v would be lost (eagerly the last
+    write won, in a graph ScatterNdUpdate's order is undefined)."""
+    layer = _layer("aot", False)
+    q, k, v, _, _ = _inputs()
+    k_cache, v_cache = _caches(paged)
+    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
+    positions, slots = POSITIONS.copy(), SLOTS.copy()
+    if paged:
+        slots[1, 2] = slots[0, 1]  # another batch row's slot
+    else:
+        positions[1, 3] = positions[1, 0]  # the same batch row's position; other rows may share it
+    name, value = ("slots", slots[0, 1]) if paged else ("positions", positions[1, 0])
+    with pytest.raises((ValueError, RuntimeError), match=rf"prologue: {name} value {value} names one KV cache row "
+                                                         "for two tokens"):
+        _run(exec_mode, _User(layer, paged, False), q, k, v, ms.Tensor(positions), k_cache, v_cache,
+             ms.Tensor(slots), None, None).asnumpy()  # a graph raises while it runs
+    assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
+
+
+def test_positions_shared_by_batch_rows_are_no_conflict():
+    """Contiguous caches: batch rows at the same positions write rows of their own batch."""
+    layer = _layer("aot", False)
+    q, k, v, _, _ = _inputs()
+    k_cache, v_cache = _caches(False)
+    layer.prologue(q, k, v, ms.Tensor(np.array([2, 5, 6, 7])), k_cache, v_cache)
+    assert np.array_equal(v_cache.asnumpy()[:, [2, 5, 6, 7]], v.asnumpy())
+
+
 BAD = {  # name: (change, error, match)
     "cache of another width": ("k_cache", ValueError, r"k_cache of shape \(2, 16, 2, 16\) must be \[2, P, 2, 32\]"),
     "cache of another dtype": ("v_cache_dtype", TypeError, "v_cache has dtype Float16"),
