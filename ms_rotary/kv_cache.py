@@ -92,7 +92,10 @@ def check_rows(rows, limit, paged):
         return
     if rows.min() < 0 or rows.max() >= limit:
         raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, paged))
-    groups = np.sort(rows.reshape(1, -1) if paged else rows.reshape(-1, rows.shape[-1]), axis=-1)
+    groups = rows.reshape(1, -1) if paged else rows.reshape(-1, rows.shape[-1])
+    if groups.shape[1] < 2:  # one token a group (a decode step): nothing to collide
+        return
+    groups = np.sort(groups, axis=-1)
     twice = groups[:, 1:] == groups[:, :-1]
     if twice.any():
         where = "" if paged else " of one batch row"
