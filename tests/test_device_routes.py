@@ -67,7 +67,7 @@ def test_a_position_outside_the_cache_is_refused_before_anything_runs(off_host):
 def test_the_kv_cache_write_off_host_runs_its_ops_and_equals_the_host_write(monkeypatch, paged):
     """RotaryEmbedding.prologue on a device: the rows go in with MindSpore's ScatterNdUpdate in PyNative (the host's
     memory write is the CPU's only); the caches end bit for bit as the host write leaves them, and a row outside
-    the cache is still refused by name with nothing written."""
+    the cache or named for two tokens is still refused by name with nothing written."""
     import mindspore as ms
 
     layer_args = dict(head_dim=D, partial_slice=None, rotary_mode="half", cache_positions=32, qk_norm_eps=1e-6)
@@ -76,20 +76,25 @@ def test_the_kv_cache_write_off_host_runs_its_ops_and_equals_the_host_write(monk
     weights = (ms.Tensor(np.linspace(0.5, 1.5, D).astype(np.float32)),) * 2
     shape = (32, NK, D) if paged else (B, 32, NK, D)
     slots = ms.Tensor(np.array([[3, 30, 4, 5, 6], [7, 0, 1, 2, 31]])) if paged else None
+    # a contiguous cache takes each batch row's tokens at positions of their own (POSITIONS' packed row repeats 0, 1)
+    positions = POSITIONS if paged else np.array([[7, 8, 9, 10, 11], [0, 1, 2, 3, 4]])
     caches = {}
     for where in ("host", "device"):
         if where == "device":
             monkeypatch.setattr(routes, "on_host", lambda device_target: False)
         layer = ms_rotary.RotaryEmbedding(**layer_args)
         k_cache, v_cache = (ms.Tensor(np.full(shape, -1.0, np.float32)) for _ in range(2))
-        q_rot = layer.prologue(q, k, v, POSITIONS, k_cache, v_cache, slots, *weights)
+        q_rot = layer.prologue(q, k, v, positions, k_cache, v_cache, slots, *weights)
         caches[where] = (q_rot.asnumpy(), k_cache.asnumpy(), v_cache.asnumpy())
     for host, device in zip(caches["host"], caches["device"]):
         np.testing.assert_array_equal(device, host)
-    bad = ms.Tensor(np.array([[3, 30, 4, 5, 6], [7, 0, 1, 2, 32]])) if paged else None
-    k_cache, v_cache = (ms.Tensor(np.full(shape, -1.0, np.float32)) for _ in range(2))
-    with pytest.raises((ValueError, RuntimeError), match="is outside the KV cache's 32 rows"):
-        positions = POSITIONS if paged else np.where(POSITIONS == 11, 32, POSITIONS)
-        layer = ms_rotary.RotaryEmbedding(**{**layer_args, "cache_positions": 64})
-        layer.prologue(q, k, v, positions, k_cache, v_cache, bad, *weights).asnumpy()
-    assert (k_cache.asnumpy() == -1).all() and (v_cache.asnumpy() == -1).all()
+    layer = ms_rotary.RotaryEmbedding(**{**layer_args, "cache_positions": 64})
+    outside = (POSITIONS, ms.Tensor(np.array([[3, 30, 4, 5, 6], [7, 0, 1, 2, 32]]))) if paged else \
+        (np.where(positions == 11, 32, positions), None)
+    twice = (POSITIONS, ms.Tensor(np.array([[3, 30, 4, 5, 6], [7, 0, 1, 2, 3]]))) if paged else (POSITIONS, None)
+    for (rows, bad), match in ((outside, "is outside the KV cache's 32 rows"),
+                               (twice, "names one KV cache row for two tokens")):
+        k_cache, v_cache = (ms.Tensor(np.full(shape, -1.0, np.float32)) for _ in range(2))
+        with pytest.raises((ValueError, RuntimeError), match=match):
+            layer.prologue(q, k, v, rows, k_cache, v_cache, bad, *weights).asnumpy()
+        assert (k_cache.asnumpy() == -1).all() and (v_cache.asnumpy() == -1).all()
