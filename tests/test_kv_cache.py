@@ -108,7 +108,7 @@ def test_a_decode_loop_over_the_caches_equals_the_full_sequence_and_paged_equals
 
 
 @pytest.mark.parametrize("dtype", [ms.float32, ms.bfloat16], ids=["float32", "bfloat16"])
-def test_one_sequence_s_rows_in_each_eager_write_path(dtype):
+def test_each_eager_write_path_writes_its_rows_and_nothing_else(dtype):
     """Eagerly, rows that follow each other (a decode step, a prompt) go in one copy, others by index: each
     writes k's rotated rows and v's rows where they belong and nothing else, bit for bit."""
     layer = _layer("aot", False)
