@@ -131,43 +131,34 @@ def test_each_eager_write_path_writes_its_rows_and_nothing_else(dtype):
             assert np.array_equal(raw_bits(cache), want), (paged, rows)
 
 
-@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-@pytest.mark.parametrize("exec_mode", EXEC_MODES)
-def test_a_row_outside_the_cache_is_refused_by_name_and_nothing_is_written(paged, exec_mode):
+def _bad_rows(refusal, paged):
+    """(layer, positions, slots, what the error says) for a row outside the KV cache or one row for two tokens."""
     layer = _layer("aot", False)
-    q, k, v, _, _ = _inputs()
-    k_cache, v_cache = _caches(paged)
-    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
     positions, slots = POSITIONS.copy(), SLOTS.copy()
-    if paged:
+    if refusal == "outside the cache" and paged:
         slots[1, 3] = 2 * P
-    else:  # inside the cos/sin cache (64), outside the KV cache's P rows
-        layer = RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=4 * P)
+        return layer, positions, slots, rf"slots value {2 * P} is outside the KV cache"
+    if refusal == "outside the cache":  # inside the cos/sin cache (64), outside the KV cache's P rows
         positions[1, 3] = P
-    name, value = ("slots", 2 * P) if paged else ("positions", P)
-    with pytest.raises((ValueError, RuntimeError), match=rf"prologue: {name} value {value} is outside the KV cache"):
-        _run(exec_mode, _User(layer, paged, False), q, k, v, ms.Tensor(positions), k_cache, v_cache,
-             ms.Tensor(slots), None, None).asnumpy()  # a graph raises while it runs
-    assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
-
-
-# Each execution mode, the cache kinds cycling; the rest: -m slow.
-@pytest.mark.parametrize("exec_mode,paged", cycled_cases([EXEC_MODES], [[False, True]]))
-def test_one_row_named_for_two_tokens_is_refused_by_name_and_nothing_is_written(exec_mode, paged):
-    """A slot twice, or a position twice in one batch row: one token's k and v would be lost (eagerly the last
-    write won, in a graph ScatterNdUpdate's order is undefined)."""
-    layer = _layer("aot", False)
-    q, k, v, _, _ = _inputs()
-    k_cache, v_cache = _caches(paged)
-    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
-    positions, slots = POSITIONS.copy(), SLOTS.copy()
+        layer = RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=4 * P)
+        return layer, positions, slots, rf"positions value {P} is outside the KV cache"
+    # one token's k and v would be lost (eagerly the last write won, in a graph ScatterNdUpdate's order decided)
     if paged:
         slots[1, 2] = slots[0, 1]  # another batch row's slot
-    else:
-        positions[1, 3] = positions[1, 0]  # the same batch row's position; other rows may share it
-    name, value = ("slots", slots[0, 1]) if paged else ("positions", positions[1, 0])
-    with pytest.raises((ValueError, RuntimeError), match=rf"prologue: {name} value {value} names one KV cache row "
-                                                         "for two tokens"):
+        return layer, positions, slots, rf"slots value {slots[0, 1]} names one KV cache row for two tokens"
+    positions[1, 3] = positions[1, 0]  # the same batch row's position (other batch rows may share it)
+    return layer, positions, slots, rf"positions value {positions[1, 0]} names one KV cache row for two tokens"
+
+
+# Each refusal in each execution mode, the cache kinds cycling; the rest: -m slow.
+@pytest.mark.parametrize("refusal,exec_mode,paged",
+                         cycled_cases([["outside the cache", "named twice"], EXEC_MODES], [[False, True]]))
+def test_a_row_outside_the_cache_or_named_twice_is_refused_by_name_and_nothing_is_written(refusal, exec_mode, paged):
+    layer, positions, slots, match = _bad_rows(refusal, paged)
+    q, k, v, _, _ = _inputs()
+    k_cache, v_cache = _caches(paged)
+    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
+    with pytest.raises((ValueError, RuntimeError), match=rf"prologue: {match}"):
         _run(exec_mode, _User(layer, paged, False), q, k, v, ms.Tensor(positions), k_cache, v_cache,
              ms.Tensor(slots), None, None).asnumpy()  # a graph raises while it runs
     assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
