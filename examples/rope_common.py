@@ -103,12 +103,16 @@ class RotaryAttention(nn.Cell):
 
 
 class _SquaredLoss(nn.Cell):
+    """The squared sum of the layer's output, and the output itself (an aux value: one compiled graph gives
+    the output and the gradients)."""
+
     def __init__(self, layer):
         super().__init__()
         self.layer = layer
 
     def construct(self, x, cos, sin):
-        return (self.layer(x, cos, sin) ** 2).sum()
+        out = self.layer(x, cos, sin)
+        return (out ** 2).sum(), out
 
 
 # --- self-check -----------------------------------------------------------------------------------------------
@@ -127,9 +131,10 @@ def self_check(name, make_layer, rope_tables, d_model, seq_len=12, modes=("PYNAT
             dst.set_data(src.value().copy())
         results = []
         for layer in (fast, plain):
-            grad_fn = ms.value_and_grad(_SquaredLoss(layer), grad_position=0, weights=layer.trainable_params())
-            _, (grad_x, grad_w) = grad_fn(*inputs)
-            results.append([layer(*inputs).asnumpy(), grad_x.asnumpy()] + [g.asnumpy() for g in grad_w])
+            grad_fn = ms.value_and_grad(_SquaredLoss(layer), grad_position=0, weights=layer.trainable_params(),
+                                        has_aux=True)
+            (_, out), (grad_x, grad_w) = grad_fn(*inputs)
+            results.append([out.asnumpy(), grad_x.asnumpy()] + [g.asnumpy() for g in grad_w])
         worst = max(float(np.abs(a - b).max()) for a, b in zip(*results))
         ok = worst <= atol
         print(f"[self-check] {name} ({mode}): output and {len(results[0]) - 1} gradients match plain MindSpore ops, "
