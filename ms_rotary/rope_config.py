@@ -38,6 +38,10 @@ FAMILY_MODES = {
     "deepseek_v3": "interleave-half",  # rope_interleave (default): pairs in, halves out; else "half"
     "glm4_moe_lite": "interleave-half",  # GLM-4.7-Flash: DeepSeek-V3's attention (MLA, rope_interleave)
     "deepseek_v4": "interleave",  # pairs on the tail of each head, rope parameters by kind ("main", "compress")
+    # GLM-4.1V's text decoder: M-RoPE on pairs (rotate_half_llm, each frequency on two neighbouring lanes);
+    # GLM-4.5V's: M-RoPE on halves (rotate_half, the frequencies repeated as two halves)
+    **dict.fromkeys(("glm4v", "glm4v_text"), "interleave"),
+    **dict.fromkeys(("glm4v_moe", "glm4v_moe_text"), "half"),
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
 _TAIL_FAMILIES = ("deepseek_v4",)
@@ -48,8 +52,14 @@ _DEEPSEEK = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
 # Families whose config's rope_interleave=False turns the pairs-in, halves-out layout into plain halves.
 _ROPE_INTERLEAVE_FAMILIES = ("deepseek_v3", "glm4_moe_lite")
 # The rope parameters a family's transformers config class gives a config.json that has none of the rope keys.
-FAMILY_ROPE_DEFAULTS = {model_type: parameters for model_type, (_, parameters) in TRANSFORMERS_FAMILIES.items()
-                        if parameters is not None}
+FAMILY_ROPE_DEFAULTS = {
+    **{model_type: parameters for model_type, (_, parameters) in TRANSFORMERS_FAMILIES.items()
+       if parameters is not None},
+    # the M-RoPE families added by hand: their config classes' defaults (GLM-4.5V's sets the factor 0.5)
+    **dict.fromkeys(("glm4v", "glm4v_text"), {"rope_type": "default", "rope_theta": 10000.0}),
+    **dict.fromkeys(("glm4v_moe", "glm4v_moe_text"), {"rope_type": "default", "rope_theta": 10000.0,
+                                                      "partial_rotary_factor": 0.5}),
+}
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rope_ratio", "rope_local_base_freq")
 # Per-layer-type thetas of other families' transformers 4 forms: not read (their config classes map them
 # differently), so refused rather than ignored.
@@ -60,9 +70,10 @@ _UNREAD_KEYS = ("global_rope_theta", "local_rope_theta", "rope_local_theta")
 _LOCAL_BASE_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
 # Scaling types whose pretraining length transformers takes from the top level first (Phi-3 keeps it there).
 _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
-# M-RoPE families: (section transformers 5.18 uses when the config gives none, interleaved sections?)
+# M-RoPE families: (section transformers 5.25 uses when the config gives none, interleaved sections?)
 MROPE_FAMILIES = {"qwen2_vl": ((16, 24, 24), False), "qwen2_5_vl": ((16, 24, 24), False),
-                  "qwen3_vl": ((24, 20, 20), True)}
+                  "qwen3_vl": ((24, 20, 20), True),
+                  **dict.fromkeys(("glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text"), ((8, 12, 12), False))}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 

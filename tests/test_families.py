@@ -13,7 +13,7 @@ from tools import rope_families
 
 # transformers 5.25 model types with a rotary class and apply_rotary_pos_emb that the table does not hold:
 # vision/audio encoders and tokenizers (not a text decoder's q/k), families whose defaults ms_rotary does not
-# read yet (axial, Llama-4 scaling, NanoChat's transposed rotation, M-RoPE variants of GLM-4V/Cosmos, odd
+# read yet (axial, Llama-4 scaling, NanoChat's transposed rotation, M-RoPE variants of GLM-Image/HunYuan-VL/Cosmos, odd
 # partial widths) and modules whose default config transformers itself cannot rotate. A model type in
 # neither list fails test_every_transformers_rotary_family_is_known: decide which it is.
 NOT_IN_THE_TABLE = frozenset((
@@ -22,8 +22,8 @@ NOT_IN_THE_TABLE = frozenset((
     'dbrx', 'deepseek_ocr2_sam_vision_model', 'deepseek_ocr2_vision', 'dots3_note_audio_encoder',
     'dots3_note_vision_encoder', 'efficientloftr', 'emu3_vqgan', 'eomt_dinov3', 'ergo', 'ernie4_5_vl_moe_vision',
     'esmfold2', 'gemma3n_audio', 'gemma3n_vision', 'gemma4_audio', 'gemma4_unified_audio', 'gemma4_unified_vision',
-    'gemma4_vision', 'glm4v', 'glm4v_moe', 'glm4v_moe_text', 'glm4v_moe_vision',
-    'glm4v_text', 'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
+    'gemma4_vision', 'glm4v_moe_vision',
+    'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
     'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
     'idefics_perciever', 'idefics_vision', 'lasr_ctc', 'minimax_m3_vl', 'minimax_m3_vl_text',
     'minimax_m3_vl_vision', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',

@@ -1,6 +1,6 @@
 """RopeConfig.from_config: a model's head width, rotated lanes, layout and table parameters from its Hugging
 Face config, in both config forms. The families are checked against transformers' own rotary classes and
-apply functions when transformers is installed (`pip install torch==2.13.0 transformers==5.18.0`)."""
+apply functions when transformers is installed (`pip install torch==2.13.0 transformers==5.25.0`)."""
 import importlib
 
 import mindspore as ms
@@ -148,23 +148,30 @@ def test_an_unknown_family_with_an_explicit_mode():
     assert (rope.head_dim, rope.partial_slice, rope.rotary_mode) == (32, (0, 32), 1)
 
 
-MROPE = {  # text config class, module, rotary class, its kwargs (head_dim 32: 16 frequencies)
-    "Qwen2-VL (sections)": ("Qwen2VLTextConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding", [4, 6, 6]),
-    "Qwen3-VL (interleaved sections)": ("Qwen3VLTextConfig", "qwen3_vl", "Qwen3VLTextRotaryEmbedding", [6, 5, 5]),
+MROPE = {  # text config class, module, rotary class, section, more rope parameters (head_dim 32: 16 frequencies)
+    "Qwen2-VL (sections)": ("Qwen2VLTextConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding", [4, 6, 6], {}),
+    "Qwen3-VL (interleaved sections)": ("Qwen3VLTextConfig", "qwen3_vl", "Qwen3VLTextRotaryEmbedding", [6, 5, 5],
+                                        {}),
+    # GLM-4.1V's checkpoints rotate half of each head, in pairs; GLM-4.5V's config class sets that half itself
+    "GLM-4.1V (sections on pairs, half the head)": ("Glm4vTextConfig", "glm4v", "Glm4vTextRotaryEmbedding",
+                                                    [2, 3, 3], {"partial_rotary_factor": 0.5}),
+    "GLM-4.5V (sections on halves, its default half)": ("Glm4vMoeTextConfig", "glm4v_moe",
+                                                        "Glm4vMoeTextRotaryEmbedding", [2, 3, 3], {}),
 }
 
 
 def mrope_family(family, kv_heads=2):
     """(transformers text config, its config.json as a dict, modeling module, rotary class, section) of an
-    MROPE entry; skips without transformers."""
+    MROPE entry; skips without transformers. The config.json is the wrapper's form (its model_type, the text
+    config's fields) with rope_parameters as given, so a family default (GLM-4.5V's factor) comes from ms_rotary."""
     transformers = pytest.importorskip("transformers")
-    config_name, module_name, rotary_name, section = MROPE[family]
+    config_name, module_name, rotary_name, section, more = MROPE[family]
+    rope_parameters = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section, **more}
     config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=kv_heads,
-                                                head_dim=32, rope_parameters={"rope_type": "default",
-                                                                              "rope_theta": 10000.0,
-                                                                              "mrope_section": section})
+                                                head_dim=32, rope_parameters=dict(rope_parameters))
+    config_json = config.to_dict() | {"model_type": module_name, "rope_parameters": rope_parameters}
     module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    return config, config.to_dict() | {"model_type": module_name}, module, getattr(module, rotary_name), section
+    return config, config_json, module, getattr(module, rotary_name), section
 
 
 @pytest.mark.parametrize("family", MROPE)
@@ -196,6 +203,15 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
     bare = {"model_type": "qwen3_vl", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128}
     assert (RopeConfig.from_config(bare).mrope_section, RopeConfig.from_config(bare).mrope_interleaved) == \
         ((24, 20, 20), True)
+    # GLM-4.5V's config class halves the rotary width; GLM-4.1V's rotates the whole head, which its default
+    # section (32 frequencies) does not fit: transformers' own split fails there, ms_rotary refuses by name
+    glm_4_5v = RopeConfig.from_config({**bare, "model_type": "glm4v_moe_text"})
+    assert (glm_4_5v.partial_slice, glm_4_5v.rotary_mode, glm_4_5v.mrope_section, glm_4_5v.mrope_interleaved) == \
+        ((0, 64), 0, (8, 12, 12), False)
+    glm_4_1v = RopeConfig.from_config({**bare, "model_type": "glm4v"})
+    assert (glm_4_1v.partial_slice, glm_4_1v.rotary_mode, glm_4_1v.mrope_section) == ((0, 128), 1, (8, 12, 12))
+    with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 12\] sums to 32; rotary_dim / 2 = 64"):
+        glm_4_1v.cos_sin(np.zeros((3, 4), np.int64))
     with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 11\] sums to 31; rotary_dim / 2 = 32"):
         RopeConfig.from_config({**new, "rope_parameters": {"mrope_section": [8, 12, 11]}}).cos_sin(
             np.zeros((3, 4), np.int64))

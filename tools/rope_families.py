@@ -24,8 +24,8 @@ README_BEGIN, README_END = "<!-- families: written by python -m tools.rope_famil
 WELL_KNOWN = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
               "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma2", "gemma3_text", "gemma3n_text", "gemma4_text", "phi3",
               "phimoe", "gpt_neox", "olmo2", "olmo3", "granite", "smollm3", "exaone4", "gpt_oss", "ernie4_5",
-              "hunyuan_v1_dense", "seed_oss", "minicpm3", "glm", "glm4", "glm4_moe", "chatglm", "gptj", "cohere",
-              "cohere2", "deepseek_v2", "deepseek_v3", "deepseek_v4")
+              "hunyuan_v1_dense", "seed_oss", "minicpm3", "glm", "glm4", "glm4_moe", "glm4v", "glm4v_moe", "chatglm",
+              "gptj", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "deepseek_v4")
 
 
 # Families compared under the fields their checkpoints give where the default config cannot be compared as it is.
