@@ -657,6 +657,9 @@ constexpr int64_t kParallelMinLanes = 1 << 20;
 
 int pick_threads(int requested, int64_t rows, int64_t lanes) {
   if (requested > 0) return static_cast<int>(std::min<int64_t>({requested, rows, kMaxThreads}));
+  // hardware_concurrency() reads the CPU count from the system each time (~5 us here): a decode step's
+  // small call, which one thread serves anyway, does not ask
+  if (rows < 2 || lanes < 2 * kParallelMinLanes) return 1;
   const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({hw, rows, lanes / kParallelMinLanes})));
 }
