@@ -148,15 +148,20 @@ def test_an_unknown_family_with_an_explicit_mode():
     assert (rope.head_dim, rope.partial_slice, rope.rotary_mode) == (32, (0, 32), 1)
 
 
-MROPE = {  # text config class, module, rotary class, section, more rope parameters (head_dim 32: 16 frequencies)
-    "Qwen2-VL (sections)": ("Qwen2VLTextConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding", [4, 6, 6], {}),
+# text config class, module, rotary class, section, interleaved sections?, more rope parameters, model_type
+# (default: the module's); head_dim 32: 16 frequencies
+MROPE = {
+    "Qwen2-VL (sections)": ("Qwen2VLTextConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding", [4, 6, 6], False, {}, None),
     "Qwen3-VL (interleaved sections)": ("Qwen3VLTextConfig", "qwen3_vl", "Qwen3VLTextRotaryEmbedding", [6, 5, 5],
-                                        {}),
+                                        True, {}, None),
     # GLM-4.1V's checkpoints rotate half of each head, in pairs; GLM-4.5V's config class sets that half itself
     "GLM-4.1V (sections on pairs, half the head)": ("Glm4vTextConfig", "glm4v", "Glm4vTextRotaryEmbedding",
-                                                    [2, 3, 3], {"partial_rotary_factor": 0.5}),
+                                                    [2, 3, 3], False, {"partial_rotary_factor": 0.5}, None),
     "GLM-4.5V (sections on halves, its default half)": ("Glm4vMoeTextConfig", "glm4v_moe",
-                                                        "Glm4vMoeTextRotaryEmbedding", [2, 3, 3], {}),
+                                                        "Glm4vMoeTextRotaryEmbedding", [2, 3, 3], False, {}, None),
+    "Qwen3-Omni's thinker (interleaved sections)": ("Qwen3OmniMoeTextConfig", "qwen3_omni_moe",
+                                                    "Qwen3OmniMoeThinkerTextRotaryEmbedding", [6, 5, 5], True, {},
+                                                    "qwen3_omni_moe_thinker"),
 }
 
 
@@ -165,11 +170,11 @@ def mrope_family(family, kv_heads=2):
     MROPE entry; skips without transformers. The config.json is the wrapper's form (its model_type, the text
     config's fields) with rope_parameters as given, so a family default (GLM-4.5V's factor) comes from ms_rotary."""
     transformers = pytest.importorskip("transformers")
-    config_name, module_name, rotary_name, section, more = MROPE[family]
+    config_name, module_name, rotary_name, section, _, more, model_type = MROPE[family]
     rope_parameters = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section, **more}
     config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=kv_heads,
                                                 head_dim=32, rope_parameters=dict(rope_parameters))
-    config_json = config.to_dict() | {"model_type": module_name, "rope_parameters": rope_parameters}
+    config_json = config.to_dict() | {"model_type": model_type or module_name, "rope_parameters": rope_parameters}
     module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
     return config, config_json, module, getattr(module, rotary_name), section
 
@@ -181,7 +186,7 @@ def test_mrope_tables_rotate_as_transformers_does(family):
     torch = pytest.importorskip("torch")
     config, config_json, module, rotary_class, section = mrope_family(family)
     rope = RopeConfig.from_config(config_json)
-    assert rope.mrope_section == tuple(section) and rope.mrope_interleaved == (config_json["model_type"] == "qwen3_vl")
+    assert rope.mrope_section == tuple(section) and rope.mrope_interleaved == MROPE[family][4]
     rng = np.random.default_rng(7)
     positions = rng.integers(0, 3000, (3, 1, 9))
     cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
@@ -212,6 +217,15 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
     assert (glm_4_1v.partial_slice, glm_4_1v.rotary_mode, glm_4_1v.mrope_section) == ((0, 128), 1, (8, 12, 12))
     with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 12\] sums to 32; rotary_dim / 2 = 64"):
         glm_4_1v.cos_sin(np.zeros((3, 4), np.int64))
+    # Qwen3-Omni's thinker wraps its text config; its checkpoints give 128-lane heads, the default config's
+    # 2048 / 28 leaves 73 lanes, whose odd width is refused by name
+    thinker = {"model_type": "qwen3_omni_moe_thinker", "text_config": {"hidden_size": 2048, "num_attention_heads": 32,
+                                                                       "head_dim": 128}}
+    omni = RopeConfig.from_config(thinker)
+    assert (omni.partial_slice, omni.rotary_mode, omni.rope_theta, omni.mrope_section, omni.mrope_interleaved) == \
+        ((0, 128), 0, 1e6, (24, 20, 20), True)
+    with pytest.raises(ValueError, match="rotary width 73 must be even"):
+        RopeConfig.from_config({"model_type": "qwen3_omni_moe_text", "hidden_size": 2048, "num_attention_heads": 28})
     with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 11\] sums to 31; rotary_dim / 2 = 32"):
         RopeConfig.from_config({**new, "rope_parameters": {"mrope_section": [8, 12, 11]}}).cos_sin(
             np.zeros((3, 4), np.int64))
