@@ -42,9 +42,9 @@ FAMILY_MODES = {
     # GLM-4.5V's: M-RoPE on halves (rotate_half, the frequencies repeated as two halves)
     **dict.fromkeys(("glm4v", "glm4v_text"), "interleave"),
     **dict.fromkeys(("glm4v_moe", "glm4v_moe_text"), "half"),
-    # Qwen3-Omni's thinker: Qwen3-VL's interleaved M-RoPE (its checkpoints' 128-lane heads; the default config's
-    # 2048 / 28 leaves 73 lanes)
-    **dict.fromkeys(("qwen3_omni_moe_thinker", "qwen3_omni_moe_text"), "half"),
+    # Qwen3-Omni (its thinker's text decoder): Qwen3-VL's interleaved M-RoPE (its checkpoints' 128-lane heads;
+    # the default config's 2048 / 28 leaves 73 lanes)
+    **dict.fromkeys(("qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text"), "half"),
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
 _TAIL_FAMILIES = ("deepseek_v4",)
@@ -62,8 +62,8 @@ FAMILY_ROPE_DEFAULTS = {
     **dict.fromkeys(("glm4v", "glm4v_text"), {"rope_type": "default", "rope_theta": 10000.0}),
     **dict.fromkeys(("glm4v_moe", "glm4v_moe_text"), {"rope_type": "default", "rope_theta": 10000.0,
                                                       "partial_rotary_factor": 0.5}),
-    **dict.fromkeys(("qwen3_omni_moe_thinker", "qwen3_omni_moe_text"), {"rope_type": "default",
-                                                                        "rope_theta": 1000000.0}),
+    **dict.fromkeys(("qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text"),
+                    {"rope_type": "default", "rope_theta": 1000000.0}),
 }
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rope_ratio", "rope_local_base_freq")
 # Per-layer-type thetas of other families' transformers 4 forms: not read (their config classes map them
@@ -79,7 +79,8 @@ _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
 MROPE_FAMILIES = {"qwen2_vl": ((16, 24, 24), False), "qwen2_5_vl": ((16, 24, 24), False),
                   "qwen3_vl": ((24, 20, 20), True),
                   **dict.fromkeys(("glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text"), ((8, 12, 12), False)),
-                  **dict.fromkeys(("qwen3_omni_moe_thinker", "qwen3_omni_moe_text"), ((24, 20, 20), True))}
+                  **dict.fromkeys(("qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text"),
+                                  ((24, 20, 20), True))}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 
@@ -178,6 +179,8 @@ def config_fields(config):
     else:  # any object: its public data attributes, the class's (model_type) included
         fields = {name: getattr(config, name) for name in dir(config)
                   if not name.startswith("_") and not callable(getattr(config, name))}
+    if "hidden_size" not in fields and isinstance(fields.get("thinker_config"), dict):  # Qwen3-Omni: the thinker
+        fields = {**fields["thinker_config"], "model_type": fields.get("model_type")}
     if "hidden_size" not in fields and isinstance(fields.get("text_config"), dict):  # multimodal wrappers
         fields = {**fields["text_config"], "model_type": fields.get("model_type")}
     return fields

@@ -31,7 +31,7 @@ NOT_IN_THE_TABLE = frozenset((
     'muse_spark_vision', 'nemo_speechlm', 'nemotron3_5_transcribe_audio', 'nemotron3_diarization',
     'paddleocr_vl_vision', 'pe_video', 'phi4_multimodal_audio', 'phi4_multimodal_vision', 'pi05',
     'qwen2_5_omni_audio_encoder', 'qwen2_5_omni_bigvgan', 'qwen2_5_omni_token2wav', 'qwen2_5_omni_vision_encoder',
-    'qwen2_5_vl_vision', 'qwen2_vl_vision', 'qwen3_5_moe_vision', 'qwen3_5_vision', 'qwen3_omni_moe',
+    'qwen2_5_vl_vision', 'qwen2_vl_vision', 'qwen3_5_moe_vision', 'qwen3_5_vision',
     'qwen3_omni_moe_audio_encoder', 'qwen3_omni_moe_vision_encoder',
     'qwen3_vl_moe_vision', 'qwen3_vl_vision', 'qwen4_exp_vision', 'step3p5_vision', 'unlimited_ocr_sam_vision_model',
     'unlimited_ocr_vision', 'unlimited_ocr_vision_encoder', 'zamba2'

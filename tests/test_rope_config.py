@@ -217,13 +217,14 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
     assert (glm_4_1v.partial_slice, glm_4_1v.rotary_mode, glm_4_1v.mrope_section) == ((0, 128), 1, (8, 12, 12))
     with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 12\] sums to 32; rotary_dim / 2 = 64"):
         glm_4_1v.cos_sin(np.zeros((3, 4), np.int64))
-    # Qwen3-Omni's thinker wraps its text config; its checkpoints give 128-lane heads, the default config's
-    # 2048 / 28 leaves 73 lanes, whose odd width is refused by name
+    # Qwen3-Omni's thinker wraps its text config, the whole model the thinker's; its checkpoints give 128-lane
+    # heads, the default config's 2048 / 28 leaves 73 lanes, whose odd width is refused by name
     thinker = {"model_type": "qwen3_omni_moe_thinker", "text_config": {"hidden_size": 2048, "num_attention_heads": 32,
                                                                        "head_dim": 128}}
-    omni = RopeConfig.from_config(thinker)
-    assert (omni.partial_slice, omni.rotary_mode, omni.rope_theta, omni.mrope_section, omni.mrope_interleaved) == \
-        ((0, 128), 0, 1e6, (24, 20, 20), True)
+    for config in (thinker, {"model_type": "qwen3_omni_moe", "thinker_config": thinker}):  # the whole model's too
+        omni = RopeConfig.from_config(config)
+        assert (omni.partial_slice, omni.rotary_mode, omni.rope_theta, omni.mrope_section, omni.mrope_interleaved) \
+            == ((0, 128), 0, 1e6, (24, 20, 20), True)
     with pytest.raises(ValueError, match="rotary width 73 must be even"):
         RopeConfig.from_config({"model_type": "qwen3_omni_moe_text", "hidden_size": 2048, "num_attention_heads": 28})
     with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 11\] sums to 31; rotary_dim / 2 = 32"):
