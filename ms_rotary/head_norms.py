@@ -11,7 +11,8 @@ _PREFIX = "ms_rotary.RotaryEmbedding.from_config"
 PER_HEAD_NORM_OFFSETS = {
     **dict.fromkeys(("qwen3", "qwen3_moe", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text",
                      "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "diffusion_gemma", "embedding_gemma2",
-                     "exaone4", "exaone_moe", "dots1", "apertus", "hy_v3", "afmoe", "doge", "lfm3", "kolibri1"), 0.0),
+                     "exaone4", "exaone_moe", "dots1", "apertus", "hy_v3", "afmoe", "doge", "lfm3", "kolibri1",
+                     "qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text"), 0.0),
     **dict.fromkeys(("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "gemma3",
                      "gemma3_text", "step3p7"), 1.0),
 }

@@ -527,7 +527,8 @@ def test_each_family_in_the_table_norms_as_its_own_q_norm(transformers):
     failures = {}
     for model_type in PER_HEAD_NORM_OFFSETS:
         config = transformers.CONFIG_MAPPING[model_type]()
-        text = getattr(config, "text_config", None) or config
+        outer = getattr(config, "thinker_config", None) or config  # Qwen3-Omni: the thinker's text decoder
+        text = getattr(outer, "text_config", None) or outer
         with torch.device("meta"):
             attention, _, _ = _attention(transformers, model_type, text)
         norm = head_norm_from_config(config_fields(config))
