@@ -9,22 +9,6 @@ import numpy as np
 LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
 _POSITIONS_SHAPE = ctypes.c_int64 * 3
 _SHAPE = ctypes.c_int64 * 4
-
-
-@functools.lru_cache(maxsize=1024)
-def _c_array(array_type, values):
-    """A shape as the C array an entry reads (const: never written), made once per shape: building one costs
-    about as much as a decode step's kernel."""
-    return array_type(*values)
-
-
-def _shape(shape):
-    return _c_array(_SHAPE, tuple(shape))
-
-
-def _positions_shape(shape):
-    return _c_array(_POSITIONS_SHAPE, tuple(shape))
-
 # Every entry the package calls: the plain C entries (eager calls, status messages) and the AOT entries
 # ops.Custom loads (kernel/cpu/aot_entry.cc; by direction, backward second). A stale or foreign library lacks one.
 C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions", "ms_rotary_norm_positions",
@@ -100,7 +84,7 @@ class CompiledKernel:
                start, end, conjugate, num_threads=0):
         """dy's lanes [start, end) rotated (conjugate: the backward) into dy itself (out=None) or into `out`,
         which also receives dy's other lanes. num_threads 0: automatic or $MS_ROTARY_NUM_THREADS."""
-        return self._rotate(dy, out, cos, sin, _shape(dy_shape), _shape(cos_shape), _shape(sin_shape),
+        return self._rotate(dy, out, cos, sin, _SHAPE(*dy_shape), _SHAPE(*cos_shape), _SHAPE(*sin_shape),
                             dy_dtype.encode(), cos_dtype.encode(), sin_dtype.encode(), rotary_mode, start, end,
                             int(conjugate), num_threads)
 
@@ -108,7 +92,7 @@ class CompiledKernel:
                      end, num_threads=0):
         """dcos, dsin (cos-shaped, cos's dtype) of the rotation, summed over cos's broadcast axes; y_side is
         in y's lane layout, x_side in x's (kernel/cpu/rotary_kernel.h: run_cos_sin_grad)."""
-        return self._cos_sin_grad(y_side, x_side, dcos, dsin, _shape(dy_shape), _shape(cos_shape),
+        return self._cos_sin_grad(y_side, x_side, dcos, dsin, _SHAPE(*dy_shape), _SHAPE(*cos_shape),
                                   dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
 
 
@@ -118,9 +102,9 @@ class CompiledKernel:
         """q (and k, unless None) rotated by the cache rows [1, P, 1, L] that positions (int64 [channels, batch,
         S]) pick; lane_channels (int64 [L], M-RoPE) or None; axes: q's (B axis, S axis). Out pointers None: in
         place. Both tensors are checked before either is written (kernel/cpu/rotary_kernel.h, Positions)."""
-        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _positions_shape(positions_shape),
-                                   lane_channels, *axes, _shape(q_shape), _shape(k_shape or q_shape),
-                                   _shape(cache_shape), dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start,
+        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _POSITIONS_SHAPE(*positions_shape),
+                                   lane_channels, *axes, _SHAPE(*q_shape), _SHAPE(*(k_shape or q_shape)),
+                                   _SHAPE(*cache_shape), dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start,
                                    end, int(conjugate), num_threads)
 
 
@@ -132,8 +116,8 @@ class CompiledKernel:
         rotate_by_positions (kernel/cpu/rotary_kernel.h, HeadNorm)."""
         weight_dtypes = [name.encode() for name in weight_dtypes] + [None]
         return self._norm_positions(q, q_out, k, k_out, q_weight, k_weight, *weight_dtypes[:2], eps, offset, cos,
-                                    sin, positions, _positions_shape(positions_shape), lane_channels, *axes,
-                                    _shape(q_shape), _shape(k_shape or q_shape), _shape(cache_shape),
+                                    sin, positions, _POSITIONS_SHAPE(*positions_shape), lane_channels, *axes,
+                                    _SHAPE(*q_shape), _SHAPE(*(k_shape or q_shape)), _SHAPE(*cache_shape),
                                     dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
 
     def norm_by_positions_grad(self, dy, x, dx, weight, weight_grad, weight_dtype, eps, offset, cos, sin, positions,
@@ -142,8 +126,8 @@ class CompiledKernel:
         """The backward of norm_by_positions for one tensor: dx (None: not wanted) and the weight's gradient
         (fp32 [D], None: not wanted) from dy, the output's gradient, and x, the forward's input."""
         return self._norm_positions_grad(dy, x, dx, weight, weight_grad, weight_dtype.encode(), eps, offset, cos, sin,
-                                         positions, _positions_shape(positions_shape), lane_channels, *axes,
-                                         _shape(shape), _shape(cache_shape), dtype.encode(), cos_dtype.encode(),
+                                         positions, _POSITIONS_SHAPE(*positions_shape), lane_channels, *axes,
+                                         _SHAPE(*shape), _SHAPE(*cache_shape), dtype.encode(), cos_dtype.encode(),
                                          rotary_mode, start, end, num_threads)
 
 
