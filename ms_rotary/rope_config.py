@@ -41,7 +41,7 @@ FAMILY_MODES = {
     **dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
                      "gemma3_text", "gpt_neox", "phi", "phi3", "starcoder2", "stablelm", "olmo", "olmo2", "qwen2_vl",
                      "qwen2_5_vl", "qwen3_vl"), "half"),
-    **dict.fromkeys(("glm", "glm4", "chatglm", "gptj"), "interleave"),  # pairs (rotate_every_two)
+    **dict.fromkeys(("glm", "glm4", "chatglm"), "interleave"),  # pairs (rotate_every_two)
     "deepseek_v2": "interleave",  # complex pairs on the tail [nope | rope] of each head
     "deepseek_v3": "interleave-half",  # rope_interleave (default): pairs in, halves out; else "half"
     "glm4_moe_lite": "interleave-half",  # GLM-4.7-Flash: DeepSeek-V3's attention (MLA, rope_interleave)
@@ -83,6 +83,19 @@ MROPE_FAMILIES = {"qwen2_vl": ((16, 24, 24), False), "qwen2_5_vl": ((16, 24, 24)
                   **dict.fromkeys(_GLM_4_1V + _GLM_4_5V, ((8, 12, 12), False)),
                   **dict.fromkeys(_QWEN3_OMNI, ((24, 20, 20), True))}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+# A family's own names for the fields read here (its transformers config class's attribute_map, which a
+# config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary
+# class reads num_attention_heads, which maps there).
+_FIELD_ALIASES = {
+    "dbrx": {"hidden_size": "d_model", "num_attention_heads": "n_heads", "max_position_embeddings": "max_seq_len"},
+    "moonshine": {"num_attention_heads": "decoder_num_attention_heads"},
+}
+# Families whose attention heads are 2 * hidden_size / num_attention_heads wide (Zamba2's shared attention reads
+# the concatenated [hidden, embedding]; its config class computes attention_head_dim so, whatever is given).
+_DOUBLE_WIDTH_HEADS = ("zamba2",)
+# Families whose attention rotates only when a config switch is on (Zamba2's shared attention: use_mem_rope,
+# default False in its config class).
+_ROPE_SWITCHES = {"zamba2": "use_mem_rope"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +147,10 @@ class RopeConfig:
         layer type where they differ by layer type (Gemma-3's local and global theta), as transformers does."""
         fields = config_fields(config)
         model_type = fields.get("model_type")
+        switch = _ROPE_SWITCHES.get(model_type)
+        if switch is not None and not fields.get(switch):
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} with {switch}={fields.get(switch)!r} rotates "
+                             f"nothing (its attention applies rotary embeddings only when {switch} is true)")
         parameters = _rope_parameters(fields, model_type, layer_type)
         section, interleaved = _mrope(fields, model_type, parameters)
         mode = _mode(fields, model_type, rotary_mode)
@@ -146,6 +163,7 @@ class RopeConfig:
             scaling["rope_type"] = "default"
         theta = scaling.pop("rope_theta", None)
         theta = _theta(fields, model_type) if theta is None else theta
+        _check_attn_config_theta(fields, model_type, theta)
         # Mistral's rope_parameters repeat max_position_embeddings, which transformers reads from the top level
         scaling.pop("max_position_embeddings", None)
         beta = scaling.pop("llama_4_scaling_beta", None)
@@ -183,6 +201,9 @@ def config_fields(config):
     for wrapped in ("thinker_config", "text_config"):  # Qwen3-Omni's thinker, then a multimodal text config
         if "hidden_size" not in fields and isinstance(fields.get(wrapped), dict):
             fields = {**fields[wrapped], "model_type": fields.get("model_type")}
+    for field, alias in _FIELD_ALIASES.get(fields.get("model_type"), {}).items():
+        if fields.get(field) is None and fields.get(alias) is not None:
+            fields[field] = fields[alias]
     return fields
 
 
@@ -224,7 +245,7 @@ def _rope_parameters(fields, model_type, layer_type):
     if not _nested(value):
         return value
     if layer_type is None:
-        kinds = {repr(sorted(v.items())) for v in value.values()}
+        kinds = {repr(None if v is None else sorted(v.items())) for v in value.values()}
         if len(kinds) > 1:
             raise ValueError(f"{_PREFIX}: this config's rope parameters differ by layer type ({sorted(value)}): "
                              f"pass layer_type= (the layer's entry in config.layer_types), one layer per type")
@@ -232,6 +253,10 @@ def _rope_parameters(fields, model_type, layer_type):
     if layer_type not in value:
         raise ValueError(f"{_PREFIX}: layer_type={layer_type!r} has no rope parameters here; the config gives "
                          f"{sorted(value)}")
+    if value[layer_type] is None:  # Beam's, Ergo's full-attention layers: no position embedding (NoPE)
+        raise ValueError(f"{_PREFIX}: layer_type={layer_type!r} rotates nothing: its rope parameters are None "
+                         f"(its layers use no position embedding); build a rotary layer only for "
+                         f"{sorted(k for k, v in value.items() if v is not None)}")
     return dict(value[layer_type])
 
 
@@ -241,8 +266,10 @@ def _family_default(model_type, key):
 
 
 def _nested(parameters):
-    """rope_parameters keyed by layer type (each value a dict of one type's parameters)?"""
-    return bool(parameters) and all(isinstance(v, dict) for v in parameters.values())
+    """rope_parameters keyed by layer type (each value a dict of one type's parameters, or None for a layer type
+    without rope)?"""
+    return any(isinstance(v, dict) for v in parameters.values()) and \
+        all(v is None or isinstance(v, dict) for v in parameters.values())
 
 
 def _mrope(fields, model_type, parameters):
@@ -290,7 +317,12 @@ def _geometry(fields, model_type, parameters, layer_type):
         nope, rope = _int(fields, "qk_nope_head_dim"), _int(fields, "qk_rope_head_dim")
         return nope + rope, (nope, nope + rope)
     layer_head_dim = _layer_head_dim(fields, layer_type)
-    if layer_head_dim is not None:
+    if model_type in _DOUBLE_WIDTH_HEADS:
+        head_dim = 2 * _int(fields, "hidden_size") // _int(fields, "num_attention_heads")
+        if fields.get("attention_head_dim") not in (None, head_dim):
+            raise ValueError(f"{_PREFIX}: attention_head_dim={fields['attention_head_dim']!r} is not 2 * hidden_size "
+                             f"/ num_attention_heads = {head_dim}, the width transformers' {model_type} heads have")
+    elif layer_head_dim is not None:
         head_dim = layer_head_dim
     elif fields.get("head_dim") is not None:
         head_dim = _int(fields, "head_dim")
@@ -340,6 +372,19 @@ def _layer_head_dim(fields, layer_type):
     if not widths or None in widths:
         return None
     return _int({"per_layer_config head_dim": widths.pop()}, "per_layer_config head_dim")
+
+
+def _check_attn_config_theta(fields, model_type, theta):
+    """DBRX's config.json gives its theta as attn_config.rope_theta, which transformers 5.25 does not read (its
+    rotary class takes rope_parameters' theta, default 10000): refused where the two differ, so neither is
+    picked silently."""
+    attn = fields.get("attn_config") if model_type == "dbrx" else None
+    attn_theta = attn.get("rope_theta") if isinstance(attn, dict) else getattr(attn, "rope_theta", None)
+    if attn_theta is not None and attn_theta != theta:
+        raise ValueError(f"{_PREFIX}: model_type='dbrx': attn_config.rope_theta={attn_theta!r} differs from the "
+                         f"rope_theta={theta!r} transformers rotates with (it reads rope_parameters or a top-level "
+                         f"rope_theta, default 10000, and ignores attn_config's); give the theta the checkpoint "
+                         f"was trained with as rope_theta (or in rope_parameters)")
 
 
 def _theta(fields, model_type):

@@ -12,29 +12,30 @@ from ms_rotary.rope_config import FAMILY_MODES
 from tools import rope_families
 
 # transformers 5.25 model types with a rotary class and apply_rotary_pos_emb that the table does not hold:
-# vision/audio encoders and tokenizers (not a text decoder's q/k), families whose defaults ms_rotary does not
-# read yet (axial, Llama-4 scaling, NanoChat's transposed rotation, M-RoPE variants of GLM-Image/HunYuan-VL/Cosmos, odd
-# partial widths) and modules whose default config transformers itself cannot rotate. A model type in
-# neither list fails test_every_transformers_rotary_family_is_known: decide which it is.
+# vision/audio encoders and tokenizers (not a text decoder's q/k: 2-D or axial positions), the M-RoPE variants of
+# GLM-Image, HunYuan-VL, Cosmos3 and MiniMax-M3-VL (not analysed yet), BLT and PI0.5 (their configs give no
+# attention geometry at the top level), and modules whose default config transformers itself cannot rotate
+# (Cohere-Compass, Moshi's depth decoder, ...). A model type in neither list fails
+# test_every_transformers_rotary_family_is_known: decide which it is.
 NOT_IN_THE_TABLE = frozenset((
-    'apertus1p5_vision_tokenizer', 'beam', 'blt', 'chameleon_vqgan', 'codegen', 'cohere_compass',
+    'apertus1p5_vision_tokenizer', 'blt', 'chameleon_vqgan', 'cohere_compass',
     'cohere_compass_text', 'cohere_compass_vision', 'cosmos3_edge', 'cosmos3_edge_text', 'cosmos3_edge_vision',
-    'dbrx', 'deepseek_ocr2_sam_vision_model', 'deepseek_ocr2_vision', 'dots3_note_audio_encoder',
-    'dots3_note_vision_encoder', 'efficientloftr', 'emu3_vqgan', 'eomt_dinov3', 'ergo', 'ernie4_5_vl_moe_vision',
+    'deepseek_ocr2_sam_vision_model', 'deepseek_ocr2_vision', 'dots3_note_audio_encoder',
+    'dots3_note_vision_encoder', 'efficientloftr', 'emu3_vqgan', 'eomt_dinov3', 'ernie4_5_vl_moe_vision',
     'esmfold2', 'gemma3n_audio', 'gemma3n_vision', 'gemma4_audio', 'gemma4_unified_audio', 'gemma4_unified_vision',
     'gemma4_vision', 'glm4v_moe_vision',
     'glm4v_vision', 'glm_image', 'glm_image_text', 'glm_image_vision', 'glm_image_vqmodel',
     'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
     'idefics_perciever', 'idefics_vision', 'lasr_ctc', 'minimax_m3_vl', 'minimax_m3_vl_text',
     'minimax_m3_vl_vision', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',
-    'moonshine', 'moonshine_streaming_encoder', 'moshi_depth', 'muse_glimmer_vision', 'muse_spark_audio',
+    'moonshine_streaming_encoder', 'moshi_depth', 'muse_glimmer_vision', 'muse_spark_audio',
     'muse_spark_vision', 'nemo_speechlm', 'nemotron3_5_transcribe_audio', 'nemotron3_diarization',
     'paddleocr_vl_vision', 'pe_video', 'phi4_multimodal_audio', 'phi4_multimodal_vision', 'pi05',
     'qwen2_5_omni_audio_encoder', 'qwen2_5_omni_bigvgan', 'qwen2_5_omni_token2wav', 'qwen2_5_omni_vision_encoder',
     'qwen2_5_vl_vision', 'qwen2_vl_vision', 'qwen3_5_moe_vision', 'qwen3_5_vision',
     'qwen3_omni_moe_audio_encoder', 'qwen3_omni_moe_vision_encoder',
     'qwen3_vl_moe_vision', 'qwen3_vl_vision', 'qwen4_exp_vision', 'step3p5_vision', 'unlimited_ocr_sam_vision_model',
-    'unlimited_ocr_vision', 'unlimited_ocr_vision_encoder', 'zamba2'
+    'unlimited_ocr_vision', 'unlimited_ocr_vision_encoder'
 ))
 
 
@@ -91,6 +92,21 @@ GEMMA3 = {"model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads
           "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "num_hidden_layers": 6}
 GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "head_dim": 64,
            "max_position_embeddings": 131072}
+
+
+# DBRX's config.json names (d_model, n_heads, max_seq_len) and its theta in attn_config, repeated at the top
+# level, where transformers reads it; Zamba2's attention heads are 2 * hidden / heads wide; Moonshine's rotary
+# class takes the decoder's heads; Beam's full-attention layers have no rope, its sliding ones do.
+DBRX = {"model_type": "dbrx", "d_model": 6144, "n_heads": 48, "max_seq_len": 32768, "rope_theta": 500000,
+        "attn_config": {"kv_n_heads": 8, "rope_theta": 500000, "clip_qkv": 8}}
+ZAMBA2 = {"model_type": "zamba2", "hidden_size": 2560, "num_attention_heads": 32, "use_mem_rope": True,
+          "max_position_embeddings": 4096}
+MOONSHINE = {"model_type": "moonshine", "hidden_size": 288, "encoder_num_attention_heads": 4,
+             "decoder_num_attention_heads": 8, "max_position_embeddings": 4096}
+BEAM = {"model_type": "beam", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 8192,
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                            "full_attention": None}}
 
 
 GEMMA4 = {"model_type": "gemma4_text", "hidden_size": 1536, "num_attention_heads": 8, "num_key_value_heads": 1,
@@ -170,7 +186,9 @@ GLM45_AIR = {"model_type": "glm4_moe", "hidden_size": 4096, "num_attention_heads
     ("Phi-3.5 short", PHI35, [0, 5, 299], None), ("Phi-3.5 long", PHI35, [0, 300, 5000], None),
     ("Gemma-3 sliding", GEMMA3, [0, 7, 3100], "sliding_attention"),
     ("Gemma-3 full", GEMMA3, [0, 7, 3100], "full_attention"), ("gpt_oss defaults", GPT_OSS, [0, 7, 3100], None),
-    ("GLM-4.5-Air", GLM45_AIR, [0, 7, 3100], None),
+    ("GLM-4.5-Air", GLM45_AIR, [0, 7, 3100], None), ("DBRX", DBRX, [0, 7, 3100], None),
+    ("Zamba2", ZAMBA2, [0, 7, 3100], None),
+    ("Beam sliding", BEAM, [0, 7, 3100], "sliding_attention"),
     # families whose default config uses one of their two nested layer types: the other, as a config using it
     *((f"{model_type} {layer_type}", {"model_type": model_type, "num_hidden_layers": 2, "layer_types": types,
                                        "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
@@ -189,6 +207,41 @@ def test_hub_configs_give_transformers_tables(transformers, name, config_json, p
         got = got[:, :expected.shape[-1]]
     # transformers rounds its angles in fp32: at position 5000 that is ~2.4e-4 of an angle
     np.testing.assert_allclose(got, expected, rtol=0, atol=5e-4, err_msg=name)
+
+
+def test_the_geometry_of_families_with_their_own_field_names():
+    """What the hub configs above give: DBRX's heads from d_model / n_heads, Zamba2's twice hidden / heads,
+    Moonshine's from the decoder's heads (0.9 of a 36-lane head: 32 lanes), Beam's sliding layers only."""
+    facts = {name: RopeConfig.from_config(config, layer_type=layer_type) for name, config, layer_type in (
+        ("dbrx", DBRX, None), ("zamba2", ZAMBA2, None), ("moonshine", MOONSHINE, None),
+        ("beam", BEAM, "sliding_attention"))}
+    got = {name: (r.head_dim, r.partial_slice, r.rotary_mode, r.rope_theta, r.max_position_embeddings)
+           for name, r in facts.items()}
+    assert got == {"dbrx": (128, (0, 128), 0, 500000, 32768), "zamba2": (160, (0, 160), 0, 10000.0, 4096),
+                   "moonshine": (36, (0, 32), 1, 10000.0, 4096), "beam": (64, (0, 64), 0, 50000.0, 8192)}
+
+
+# transformers' attribute_map entries (a family's own name for a field from_config reads) of the families in the
+# table, each read: by its own name everywhere (GPT-J's n_embd), by the family's alias (DBRX), or by the family's
+# rule (Zamba2's width, jetmoe's kv_channels, DeepSeek-style heads' qk_rope_head_dim).
+OWN_FIELD_NAMES = {
+    ("codegen", "hidden_size", "n_embd"), ("codegen", "num_attention_heads", "n_head"),
+    ("codegen", "max_position_embeddings", "n_positions"), ("gptj", "hidden_size", "n_embd"),
+    ("gptj", "num_attention_heads", "n_head"), ("gptj", "max_position_embeddings", "n_positions"),
+    ("dbrx", "hidden_size", "d_model"), ("dbrx", "num_attention_heads", "n_heads"),
+    ("dbrx", "max_position_embeddings", "max_seq_len"), ("moonshine", "num_attention_heads",
+                                                         "decoder_num_attention_heads"),
+    ("zamba2", "head_dim", "attention_head_dim"), ("jetmoe", "head_dim", "kv_channels"),
+    ("glm4_moe_lite", "head_dim", "qk_rope_head_dim")}
+
+
+def test_every_field_a_family_names_its_own_way_is_read(transformers):
+    read = ("hidden_size", "num_attention_heads", "head_dim", "max_position_embeddings", "rope_theta",
+            "rope_parameters", "rope_scaling", "partial_rotary_factor", "rotary_dim")
+    named = {(model_type, field, own) for model_type in FAMILY_MODES if model_type in transformers.CONFIG_MAPPING
+             for field, own in (getattr(transformers.CONFIG_MAPPING[model_type], "attribute_map", None) or {}).items()
+             if field in read}
+    assert named == OWN_FIELD_NAMES
 
 
 def test_an_odd_rotary_width_is_refused():

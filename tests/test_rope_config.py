@@ -136,6 +136,23 @@ def test_the_layout_and_slice_of_each_known_family():
     ({"model_type": "llama"}, {}, ValueError, "neither head_dim nor hidden_size"),
     ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "rope_scaling": "linear"}, {}, TypeError,
      "rope_scaling must be a dict"),
+    # DBRX's config.json theta, which transformers ignores, differing from the one it reads: neither is picked
+    ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "attn_config": {"rope_theta": 500000}}, {}, ValueError,
+     r"attn_config.rope_theta=500000 differs from the rope_theta=10000.0 transformers rotates with"),
+    ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "rope_theta": 1e6, "attn_config": {"rope_theta": 500000}},
+     {}, ValueError, r"attn_config.rope_theta=500000 differs from the rope_theta=1000000.0"),
+    ({"model_type": "zamba2", "hidden_size": 256, "num_attention_heads": 4}, {}, ValueError,
+     r"model_type='zamba2' with use_mem_rope=None rotates nothing"),
+    ({"model_type": "zamba2", "hidden_size": 256, "num_attention_heads": 4, "use_mem_rope": True,
+      "attention_head_dim": 64}, {}, ValueError,
+     r"attention_head_dim=64 is not 2 \* hidden_size / num_attention_heads = 128"),
+    ({"model_type": "beam", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
+      "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}, "full_attention": None}},
+     {"layer_type": "full_attention"}, ValueError,
+     r"layer_type='full_attention' rotates nothing: .*build a rotary layer only for \['sliding_attention'\]"),
+    ({"model_type": "beam", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
+      "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}, "full_attention": None}},
+     {}, ValueError, r"differ by layer type \(\[.full_attention., .sliding_attention.\]\): pass layer_type="),
 ])
 def test_configs_that_cannot_be_read_are_refused_by_name(config, kwargs, error, match):
     with pytest.raises(error, match=match):

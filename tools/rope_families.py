@@ -28,11 +28,13 @@ WELL_KNOWN = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe"
               "gptj", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "deepseek_v4")
 
 
-# Families compared under the fields their checkpoints give where the default config cannot be compared as it is.
+# Families compared under fields their default config lacks: their checkpoints', or the switch that turns rope on.
 CHECKPOINT_FIELDS = {
     # default head_dim 42 x partial 0.5: 21 rotated lanes, odd (transformers rotates 22 with the exponent over
     # 21; ms_rotary refuses odd widths); GLM-4.5-Air's config.json gives head_dim 128, so 64 lanes
     "glm4_moe": {"head_dim": 128},
+    # its shared attention rotates only with use_mem_rope (default False: from_config refuses that by name)
+    "zamba2": {"use_mem_rope": True},
 }
 
 
@@ -90,6 +92,8 @@ def compare(model_type, mode, layer_type=None):
         cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]), **by_type)
     except Exception as error:  # noqa: BLE001
         return f"transformers: {type(error).__name__}: {error}"
+    if positions[0] == 0 and not cos_hf[..., 0, :].any():  # GPT-J's, CodeGen's rotary classes return (sin, cos)
+        cos_hf, sin_hf = sin_hf, cos_hf
     start, end = rope.partial_slice
     try:
         expected = _applied(apply, q, cos_hf, sin_hf)
@@ -108,10 +112,12 @@ def compare(model_type, mode, layer_type=None):
 
 def _applied(apply, q, cos, sin):
     """transformers' apply function on q [B, S, N, D] (its heads second), its arguments by name: (q, k, cos,
-    sin), (x, cos, sin) or CodeGen's (tensor, sin, cos)."""
+    sin), (x, cos, sin) or GPT-J's and CodeGen's (tensor, sin, cos), which takes q as [B, S, N, D]."""
     import torch
-    q_hf = torch.tensor(q).transpose(1, 2)
     names = list(inspect.signature(apply).parameters)
+    if names[:3] == ["tensor", "sin", "cos"]:
+        return apply(torch.tensor(q), sin=sin, cos=cos).numpy()
+    q_hf = torch.tensor(q).transpose(1, 2)
     if names[0] == "args":  # a wrapper that hides the names: transformers' usual order
         out = apply(q_hf, q_hf, cos, sin)
     else:
@@ -159,7 +165,7 @@ def main():
                 'them,\nor None for rope_theta 10000 and no scaling)."""\n')
         f.write("# ruff: noqa: E501\nTRANSFORMERS_FAMILIES = {\n")
         for model_type, (mode, parameters) in found.items():
-            plain = parameters == {"rope_theta": 10000.0, "rope_type": "default"}
+            plain = parameters in ({}, {"rope_theta": 10000.0, "rope_type": "default"})  # {}: GPT-J's fixed 10000
             f.write(f"    {model_type!r}: ({mode!r}, {None if plain else dict(sorted(parameters.items()))!r}),\n")
         f.write("}\n")
     import ms_rotary.families
@@ -178,8 +184,8 @@ def main():
 def _rope_types(parameters):
     if not parameters:
         return {"default"}
-    if all(isinstance(v, dict) for v in parameters.values()):
-        return set().union(*(_rope_types(v) for v in parameters.values()))
+    if all(v is None or isinstance(v, dict) for v in parameters.values()):  # per layer type (None: no rope)
+        return set().union(*(_rope_types(v) for v in parameters.values() if v is not None))
     return {parameters.get("rope_type", parameters.get("type", "default"))}
 
 
