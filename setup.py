@@ -5,7 +5,6 @@ import importlib.util
 import os
 import shlex
 import shutil
-import subprocess
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -36,9 +35,10 @@ def build_kernel(out_path):
     sources = [os.path.join(HERE, src) for src in kernel_build.SOURCES]
     # native falls back to the baseline if the compiler refuses -march=native
     for arch in dict.fromkeys(map(tuple, (kernel_build.arch_flags(os.environ), []))):
-        cmd = [compiler, *kernel_build.LIBRARY_FLAGS, *kernel_build.FLAGS, *arch, *sources, "-o", out_path]
-        print("building CPU kernel:", shlex.join(cmd))
-        if subprocess.call(cmd) == 0:
+        head = [compiler, *kernel_build.LIBRARY_FLAGS, *kernel_build.FLAGS, *arch]
+        print("building CPU kernel:", shlex.join(head), "-c", "on each of", shlex.join(sources),
+              "in parallel, then linked -shared")
+        if kernel_build.build_library(head, sources, out_path):
             return
     raise RuntimeError(f"could not build the ms_rotary CPU kernel with {compiler}")
 

@@ -8,6 +8,7 @@ is on a bare server).
     python3 -m benchmarks.kernel_ab --build DIR                       builds kernel_rows into DIR only
 """
 import argparse
+import glob
 import importlib.util
 import os
 import re
@@ -38,9 +39,10 @@ def build_loop(out_dir):
 def build(kernel_dir, slice_touch, out_dir, name):
     """kernel_rows with the kernel in kernel_dir, compiled as setup.py compiles the library's code."""
     binary = os.path.join(out_dir, name)
+    kernel = sorted(glob.glob(os.path.join(kernel_dir, "*.cc")))  # a revision's own files (one, or the row loops'
+    kernel = [source for source in kernel if os.path.basename(source) != "aot_entry.cc"]  # without MindSpore's entry
     subprocess.run(["g++", "-O3", *kernel_build.NATIVE, *kernel_build.FLAGS, "-I", kernel_dir,
-                    os.path.join(ROOT, "benchmarks", "kernel_rows.cc"), os.path.join(kernel_dir, "rotary_kernel.cc"),
-                    slice_touch, "-o", binary], check=True)
+                    os.path.join(ROOT, "benchmarks", "kernel_rows.cc"), *kernel, slice_touch, "-o", binary], check=True)
     return binary
 
 

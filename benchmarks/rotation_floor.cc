@@ -10,13 +10,13 @@
 #include <cstring>
 #include <vector>
 
-#include "rotary_kernel.cc"  // the kernel's own chunks, conversions and rotation: only the row work is left out
+#include "rotary_rows.h"  // the kernel's own chunks, conversions and rotation: only the row work is left out
 
-using ms_rotary::BF16;
-using ms_rotary::kChunk;
-using ms_rotary::load_vec;
-using ms_rotary::store_vec;
-using ms_rotary::Vec;
+using ms_rotary::row_loops::BF16;
+using ms_rotary::row_loops::kChunk;
+using ms_rotary::row_loops::load_vec;
+using ms_rotary::row_loops::store_vec;
+using ms_rotary::row_loops::Vec;
 
 constexpr int kRows = 2048, kHeadDim = 128, kHeads = 32, kLen = 64;
 
@@ -30,7 +30,7 @@ __attribute__((noinline)) void rotate_rows(T *x, const float *cos, const float *
       const Vec ca = load_vec(c + i), cb = load_vec(c + kLen / 2 + i);
       const Vec sa = load_vec(s + i), sb = load_vec(s + kLen / 2 + i);
       Vec ya, yb;
-      ms_rotary::rotate<false>(a, b, ca, cb, sa, sb, ya, yb);
+      ms_rotary::row_loops::rotate<false>(a, b, ca, cb, sa, sb, ya, yb);
       store_vec(row + i, ya);
       store_vec(row + i + kLen / 2, yb);
     }

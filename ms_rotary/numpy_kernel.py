@@ -1,7 +1,7 @@
 """The numpy kernel: the pyfunc fallback backend and the readable statement of what the C++ kernel does.
 
-Same fp32 operation order as kernel/cpu/rotary_kernel.cc (built without FMA contraction), so results agree
-bit for bit; bf16/fp16 are computed in fp32 and rounded once on store, bf16 with the kernel's own rounding
+Same fp32 operation order as the C++ kernel (kernel/cpu/rotary_rows.h, built without FMA contraction), so
+results agree bit for bit; bf16/fp16 are computed in fp32 and rounded once on store, bf16 with the kernel's own rounding
 (NaN stays a quiet NaN with its sign). bf16 travels as its uint16 bits here."""
 import contextlib
 import ctypes
@@ -105,11 +105,11 @@ def cos_sin_grads(y_side, x_side, cos_shape, rotary_mode):
     return dcos.sum(axis=axes, keepdims=True), dsin.sum(axis=axes, keepdims=True)
 
 
-NORM_SUMS = 16  # running sums of rotary_kernel.cc's sum_of_products
+NORM_SUMS = 16  # running sums of rotary_rows.h's sum_of_products
 
 
 def sum_of_products(a, b):
-    """float32 sum over the last axis of a * b in the C++ kernel's fixed order (rotary_kernel.cc,
+    """float32 sum over the last axis of a * b in the C++ kernel's fixed order (rotary_rows.h,
     sum_of_products): 16 running sums over 16-lane chunks, folded in halves, then the tail lanes one by one."""
     products = np.asarray(a, np.float32) * np.asarray(b, np.float32)
     lanes = products.shape[-1]
@@ -128,7 +128,7 @@ def sum_of_products(a, b):
 
 
 def inverse_rms(x, eps):
-    """1 / sqrt(mean(x^2) + eps) over the last axis, float32, keeping it (rotary_kernel.cc, inverse_rms)."""
+    """1 / sqrt(mean(x^2) + eps) over the last axis, float32, keeping it (rotary_rows.h, inverse_rms)."""
     x = np.asarray(x, np.float32)
     mean = sum_of_products(x, x) / np.float32(x.shape[-1])
     return (np.float32(1) / np.sqrt(mean + np.float32(eps)))[..., None]
@@ -142,7 +142,7 @@ def head_norm(x, gain, eps):
 
 def head_norm_grad(d, x, gain, eps):
     """(dx float32, the gain's gradient float64 [D] summed over every row) of head_norm at x for its output's
-    gradient d (rotary_kernel.cc, norm_grad_rows)."""
+    gradient d (rotary_rows.h, norm_grad_rows)."""
     x, d, gain = (np.asarray(v, np.float32) for v in (x, d, gain))
     r = inverse_rms(x, eps)
     xhat = x * r

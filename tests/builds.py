@@ -76,14 +76,14 @@ def _recipes():
         if platform.machine() == "x86_64" and needs <= cpu_flags():
             out = _out(f"libms_rotary_{name}.so")
             library_flags = [WIDTH_OPTIMIZATION if f.startswith("-O") else f for f in kernel_build.LIBRARY_FLAGS]
-            recipes[f"kernel {name}"] = ("test_kernel_builds", ["g++", *library_flags, *kernel_build.FLAGS,
+            recipes[f"kernel {name}"] = ("test_kernel_builds", ["g++", "-shared", *library_flags, *kernel_build.FLAGS,
                                                                  "-Wno-psabi", *flags, *kernel_sources, "-o", out], out)
     for arch in MEMCHECK_ARCHES:
         out = _out(f"kernel_memcheck{arch}")
         recipes[f"memcheck {arch}"] = ("test_kernel_memory", [
             "g++", *kernel_build.FLAGS, *SANITIZE, arch, "-I", os.path.join(ROOT, "kernel", "cpu"),
-            os.path.join(ROOT, "tests", "kernel_memcheck.cc"), os.path.join(ROOT, "kernel", "cpu", "rotary_kernel.cc"),
-            "-o", out], out)
+            os.path.join(ROOT, "tests", "kernel_memcheck.cc"),
+            *(os.path.join(ROOT, source) for source in kernel_build.KERNEL_SOURCES), "-o", out], out)
     ascend_programs = {
         "ascend kernel runner": (RUNNER_SOURCES, ["host_shim", "op_host"]),
         "ascend tiling tests": (["tests/test_tiling.cpp", "op_host/rotary_tiling.cpp"], ["op_host"]),
