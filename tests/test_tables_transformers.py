@@ -1,6 +1,5 @@
 """rope_cos_sin against Hugging Face transformers itself: its rotary embedding module's cos/sin for the same
-config. Not in the test extras (torch is large); run with
-`pip install torch==2.13.0 transformers==5.18.0 && pytest tests/test_tables_transformers.py`."""
+config. Runs where the `hf` extra is installed (CI installs it; `pip install ".[hf]"`), skipped elsewhere."""
 import numpy as np
 import pytest
 
