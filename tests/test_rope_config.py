@@ -1,6 +1,6 @@
 """RopeConfig.from_config: a model's head width, rotated lanes, layout and table parameters from its Hugging
 Face config, in both config forms. The families are checked against transformers' own rotary classes and
-apply functions when transformers is installed (`pip install ".[hf]"`, which CI installs)."""
+apply functions when transformers is installed (`pip install ".[hf]"`)."""
 import importlib
 
 import mindspore as ms

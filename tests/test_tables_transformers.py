@@ -1,5 +1,5 @@
 """rope_cos_sin against Hugging Face transformers itself: its rotary embedding module's cos/sin for the same
-config. Runs where the `hf` extra is installed (CI installs it; `pip install ".[hf]"`), skipped elsewhere."""
+config. Runs where the `hf` extra is installed (`pip install ".[hf]"`), skipped elsewhere."""
 import numpy as np
 import pytest
 
