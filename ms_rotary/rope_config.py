@@ -25,12 +25,14 @@ from .tables import rope_cos_sin
 _PREFIX = "ms_rotary.RopeConfig"
 
 # M-RoPE families added by hand, each under its model types. GLM-4.1V's text decoder: M-RoPE on pairs
-# (rotate_half_llm, each frequency on two neighbouring lanes); GLM-4.5V's: on halves (rotate_half, the frequencies
-# repeated as two halves); Qwen3-Omni (its thinker's text decoder): Qwen3-VL's interleaved sections (its
-# checkpoints' 128-lane heads; the default config's 2048 / 28 leaves 73 lanes).
+# (rotate_half_llm, each frequency on two neighbouring lanes); GLM-4.5V's and GLM-Image's: on halves (rotate_half,
+# the frequencies repeated as two halves); Qwen3-Omni (its thinker's text decoder) and Cosmos3-Edge: Qwen3-VL's
+# interleaved sections (Qwen3-Omni's checkpoints have 128-lane heads; its default config's 2048 / 28 leaves 73).
 _GLM_4_1V = ("glm4v", "glm4v_text")
 _GLM_4_5V = ("glm4v_moe", "glm4v_moe_text")
+_GLM_IMAGE = ("glm_image", "glm_image_text")
 _QWEN3_OMNI = ("qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text")
+_COSMOS3_EDGE = ("cosmos3_edge", "cosmos3_edge_text")
 
 # model_type: rotary mode of its attention (transformers' apply function for that family): the families
 # tools/rope_families.py found rotating as transformers does (families.py), and these, checked by hand in
@@ -47,8 +49,8 @@ FAMILY_MODES = {
     "glm4_moe_lite": "interleave-half",  # GLM-4.7-Flash: DeepSeek-V3's attention (MLA, rope_interleave)
     "deepseek_v4": "interleave",  # pairs on the tail of each head, rope parameters by kind ("main", "compress")
     **dict.fromkeys(_GLM_4_1V, "interleave"),
-    **dict.fromkeys(_GLM_4_5V, "half"),
-    **dict.fromkeys(_QWEN3_OMNI, "half"),
+    **dict.fromkeys(_GLM_4_5V + _GLM_IMAGE, "half"),
+    **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, "half"),
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
 _TAIL_FAMILIES = ("deepseek_v4",)
@@ -63,9 +65,10 @@ FAMILY_ROPE_DEFAULTS = {
     **{model_type: parameters for model_type, (_, parameters) in TRANSFORMERS_FAMILIES.items()
        if parameters is not None},
     # the M-RoPE families added by hand: their config classes' defaults (GLM-4.5V's sets the factor 0.5)
-    **dict.fromkeys(_GLM_4_1V, {"rope_type": "default", "rope_theta": 10000.0}),
+    **dict.fromkeys(_GLM_4_1V + _GLM_IMAGE, {"rope_type": "default", "rope_theta": 10000.0}),
     **dict.fromkeys(_GLM_4_5V, {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
     **dict.fromkeys(_QWEN3_OMNI, {"rope_type": "default", "rope_theta": 1000000.0}),
+    **dict.fromkeys(_COSMOS3_EDGE, {"rope_type": "default", "rope_theta": 100000000.0}),
 }
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rope_ratio", "rope_local_base_freq")
 # Per-layer-type thetas of other families' transformers 4 forms: not read (their config classes map them
@@ -80,8 +83,8 @@ _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
 # M-RoPE families: (section transformers 5.25 uses when the config gives none, interleaved sections?)
 MROPE_FAMILIES = {"qwen2_vl": ((16, 24, 24), False), "qwen2_5_vl": ((16, 24, 24), False),
                   "qwen3_vl": ((24, 20, 20), True),
-                  **dict.fromkeys(_GLM_4_1V + _GLM_4_5V, ((8, 12, 12), False)),
-                  **dict.fromkeys(_QWEN3_OMNI, ((24, 20, 20), True))}
+                  **dict.fromkeys(_GLM_4_1V + _GLM_4_5V + _GLM_IMAGE, ((8, 12, 12), False)),
+                  **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, ((24, 20, 20), True))}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 # A family's own names for the fields read here (its transformers config class's attribute_map, which a
 # config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary

@@ -179,6 +179,12 @@ MROPE = {
     "Qwen3-Omni's thinker (interleaved sections)": ("Qwen3OmniMoeTextConfig", "qwen3_omni_moe",
                                                     "Qwen3OmniMoeThinkerTextRotaryEmbedding", [6, 5, 5], True, {},
                                                     "qwen3_omni_moe_thinker"),
+    # GLM-Image's text decoder: GLM-4.5V's halves, but its config class rotates the whole head by default (which
+    # its default section does not fit: refused, as transformers' own split fails)
+    "GLM-Image (sections on halves, half the head)": ("GlmImageTextConfig", "glm_image", "GlmImageTextRotaryEmbedding",
+                                                      [2, 3, 3], False, {"partial_rotary_factor": 0.5}, None),
+    "Cosmos3-Edge (interleaved sections)": ("Cosmos3EdgeTextConfig", "cosmos3_edge",
+                                            "Cosmos3EdgeTextRotaryEmbedding", [6, 5, 5], True, {}, None),
 }
 
 
@@ -242,6 +248,14 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
         omni = RopeConfig.from_config(config)
         assert (omni.partial_slice, omni.rotary_mode, omni.rope_theta, omni.mrope_section, omni.mrope_interleaved) \
             == ((0, 128), 0, 1e6, (24, 20, 20), True)
+    # GLM-Image's and Cosmos3-Edge's text decoders: their config classes' defaults (Cosmos3-Edge: theta 1e8)
+    glm_image = RopeConfig.from_config({**bare, "model_type": "glm_image", "partial_rotary_factor": 0.5})
+    cosmos = RopeConfig.from_config({**bare, "model_type": "cosmos3_edge_text"})
+    assert (glm_image.partial_slice, glm_image.rotary_mode, glm_image.mrope_section, glm_image.mrope_interleaved,
+            cosmos.partial_slice, cosmos.rope_theta, cosmos.mrope_section, cosmos.mrope_interleaved) == \
+        ((0, 64), 0, (8, 12, 12), False, (0, 128), 1e8, (24, 20, 20), True)
+    with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 12\] sums to 32; rotary_dim / 2 = 64"):
+        RopeConfig.from_config({**bare, "model_type": "glm_image_text"}).cos_sin(np.zeros((3, 4), np.int64))
     with pytest.raises(ValueError, match="rotary width 73 must be even"):
         RopeConfig.from_config({"model_type": "qwen3_omni_moe_text", "hidden_size": 2048, "num_attention_heads": 28})
     with pytest.raises(ValueError, match=r"mrope_section=\[8, 12, 11\] sums to 31; rotary_dim / 2 = 32"):
