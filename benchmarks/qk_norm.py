@@ -7,7 +7,8 @@ two cores are easily saturated):
   doing both in one pass (RotaryEmbedding(qk_norm_eps=...)) against the same norm written with MindSpore ops
   (MindSpore 2.10 has no RmsNorm kernel on CPU) followed by the layer, and against the same-bytes floor of one
   read and one write of q and k (copied on two threads into buffers kept between calls, and into buffers
-  MindSpore allocates per call as any op's results). Ratios also from interleaved rounds (median, quartiles):
+  MindSpore allocates per call as any op's results); the layer with inplace=True against the first floor (each
+  reads and writes q and k once). Ratios also from interleaved rounds (median, quartiles):
   30, or 10 against the slow composed norm.
 - decode: q [1, 1, 32, 128], k [1, 1, 8, 128] at position 4000, a new positions tensor each step as a decode
   loop makes it: the same three against one built-in `add` on q, and RotaryEmbedding.prologue (the norm, the
@@ -67,6 +68,14 @@ def case(name, seq, calls, rows, position):
         "built-in add on q": lambda: q + q,
     }
     if seq > 1:
+        # In place the call reads and writes q and k once, like the floor; its own q and k and unit weights, so
+        # the repeated norm keeps them where they are (x / rms(x) is a fixed point once normed)
+        in_place = ms_rotary.RotaryEmbedding(D, None, "half", rope_theta=1000000.0, cache_positions=CACHE,
+                                             qk_norm_eps=EPS, inplace=True)
+        q_own, k_own = ms.Tensor(q.asnumpy()), ms.Tensor(k.asnumpy())
+        ones = ms.Tensor(np.ones(D, np.float32))
+        implementations["norm + rotation in place (inplace=True)"] = lambda: in_place(q_own, k_own, positions, ones,
+                                                                                      ones)
         implementations["same-bytes floor (q and k copied, 2 threads)"] = copy_impls(2 * (q.nbytes + k.nbytes))[
             "2-thread memcpy"]
         implementations["same-bytes floor into fresh MindSpore results"] = lambda: fresh_copies(q, k)
@@ -83,7 +92,9 @@ def case(name, seq, calls, rows, position):
             "fused / the same-bytes floor": ("norm + rotation in one layer call",
                                              "same-bytes floor (q and k copied, 2 threads)"),
             "fused / the floor into fresh results": ("norm + rotation in one layer call",
-                                                     "same-bytes floor into fresh MindSpore results")})
+                                                     "same-bytes floor into fresh MindSpore results"),
+            "fused in place / the same-bytes floor": ("norm + rotation in place (inplace=True)",
+                                                      "same-bytes floor (q and k copied, 2 threads)")})
     else:
         pairs["fused / built-in add"] = ("norm + rotation in one layer call", "built-in add on q")
         pairs["prologue / built-in add"] = ("prologue: norm, rotation, k and v into the KV cache, one call",
