@@ -89,6 +89,7 @@ _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 # A family's own names for the fields read here (its transformers config class's attribute_map, which a
 # config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary
 # class reads num_attention_heads, which maps there).
+_ALIASED = "__ms_rotary_aliased__"  # config_fields' note of the aliases it read: {field: the config's name}
 _FIELD_ALIASES = {
     "dbrx": {"hidden_size": "d_model", "num_attention_heads": "n_heads", "max_position_embeddings": "max_seq_len"},
     "moonshine": {"num_attention_heads": "decoder_num_attention_heads"},
@@ -172,7 +173,8 @@ class RopeConfig:
         beta = scaling.pop("llama_4_scaling_beta", None)
         max_positions = _first(fields, "max_position_embeddings", "n_positions", "seq_length")
         if max_positions is not None:
-            max_positions = int(check_value("max_position_embeddings", max_positions, COUNT))
+            name = fields.get(_ALIASED, {}).get("max_position_embeddings", "max_position_embeddings")
+            max_positions = int(check_value(name, max_positions, COUNT))
         if rope_type_of(scaling) in _ORIGINAL_LENGTH_TYPES:  # as transformers' standardize_rope_params
             original = _first(fields, "original_max_position_embeddings")
             if original is not None:
@@ -207,6 +209,7 @@ def config_fields(config):
     for field, alias in _FIELD_ALIASES.get(fields.get("model_type"), {}).items():
         if fields.get(field) is None and fields.get(alias) is not None:
             fields[field] = fields[alias]
+            fields.setdefault(_ALIASED, {})[field] = alias  # errors name the field the config gave
     return fields
 
 
@@ -310,7 +313,8 @@ def _mode(fields, model_type, rotary_mode):
 def _int(fields, key):
     value = fields[key]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{_PREFIX}: {key}={value!r} must be a positive integer")
+        given = fields.get(_ALIASED, {}).get(key)
+        raise ValueError(f"{_PREFIX}: {key if given is None else given}={value!r} must be a positive integer")
     return int(value)
 
 

@@ -141,6 +141,10 @@ def test_the_layout_and_slice_of_each_known_family():
      r"attn_config.rope_theta=500000 differs from the rope_theta=10000.0 transformers rotates with"),
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "rope_theta": 1e6, "attn_config": {"rope_theta": 500000}},
      {}, ValueError, r"attn_config.rope_theta=500000 differs from the rope_theta=1000000.0"),
+    # a family's own field names in its errors
+    ({"model_type": "dbrx", "d_model": 256, "n_heads": 0}, {}, ValueError, r"n_heads=0 must be a positive integer"),
+    ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "max_seq_len": -3}, {}, ValueError,
+     r"max_seq_len=-3 must be an integer >= 1"),
     ({"model_type": "zamba2", "hidden_size": 256, "num_attention_heads": 4}, {}, ValueError,
      r"model_type='zamba2' with use_mem_rope=None rotates nothing"),
     ({"model_type": "zamba2", "hidden_size": 256, "num_attention_heads": 4, "use_mem_rope": True,
