@@ -304,10 +304,21 @@ def _mode(fields, model_type, rotary_mode):
             raise ValueError(f"{_PREFIX}: model_type={model_type!r} has no known rotary layout, but its text "
                              f"decoder's {text!r} has: pass the text config (config['text_config'] with "
                              f"model_type={text!r}), or rotary_mode=")
+        hint = _inner_configs_hint(fields)
+        if hint:
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} has no rotary layout of its own{hint}")
         raise ValueError(f"{_PREFIX}: model_type={model_type!r} has no known rotary layout; pass rotary_mode= "
                          f"(one of 'half', 'interleave', 'quarter', 'interleave-half'); the {len(FAMILY_MODES)} "
                          f"families known are ms_rotary.rope_config.FAMILY_MODES (docs/families.md)")
     return normalize_mode(FAMILY_MODES[model_type])
+
+
+def _inner_configs_hint(fields):
+    """Where a config wraps several whose families the table knows (BLT's encoder, decoder and global
+    transformer), the words that name them; else ""."""
+    inner = [f"{key} ({value['model_type']})" for key, value in fields.items()
+             if isinstance(value, dict) and value.get("model_type") in FAMILY_MODES]
+    return f"; it holds configs that do: {', '.join(inner)}: pass the one whose layer this is" if inner else ""
 
 
 def _int(fields, key):
@@ -339,7 +350,8 @@ def _geometry(fields, model_type, parameters, layer_type):
         hidden_key = next((key for key in ("hidden_size", "n_embd") if fields.get(key) is not None), None)
         heads_key = next((key for key in ("num_attention_heads", "n_head") if fields.get(key) is not None), None)
         if hidden_key is None or heads_key is None:
-            raise ValueError(f"{_PREFIX}: the config gives neither head_dim nor hidden_size and num_attention_heads")
+            raise ValueError(f"{_PREFIX}: the config gives neither head_dim nor hidden_size and num_attention_heads"
+                             f"{_inner_configs_hint(fields)}")
         head_dim = _int(fields, hidden_key) // _int(fields, heads_key)
         if head_dim < 1:
             raise ValueError(f"{_PREFIX}: {hidden_key}={fields[hidden_key]} over {heads_key}={fields[heads_key]} "

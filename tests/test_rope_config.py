@@ -141,6 +141,13 @@ def test_the_layout_and_slice_of_each_known_family():
      r"attn_config.rope_theta=500000 differs from the rope_theta=10000.0 transformers rotates with"),
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "rope_theta": 1e6, "attn_config": {"rope_theta": 500000}},
      {}, ValueError, r"attn_config.rope_theta=500000 differs from the rope_theta=1000000.0"),
+    # a config that wraps several the table knows (BLT): each named, with or without an explicit layout
+    *(({"model_type": "blt", "encoder_config": {"model_type": "blt_local_encoder", "hidden_size": 1024,
+                                                "num_attention_heads": 16},
+        "global_config": {"model_type": "blt_global_transformer", "hidden_size": 2048, "num_attention_heads": 16}},
+       kwargs, ValueError, r"it holds configs that do: encoder_config \(blt_local_encoder\), global_config "
+                           r"\(blt_global_transformer\): pass the one whose layer this is")
+      for kwargs in ({}, {"rotary_mode": "interleave"})),
     # a family's own field names in its errors
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 0}, {}, ValueError, r"n_heads=0 must be a positive integer"),
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "max_seq_len": -3}, {}, ValueError,
