@@ -14,10 +14,10 @@ from tools import rope_families
 # transformers 5.25 model types with a rotary class and apply_rotary_pos_emb that the table does not hold:
 # vision/audio encoders and tokenizers (not a text decoder's q/k: 2-D or axial positions), HunYuan-VL (M-RoPE
 # over a variable number of axes, rope type ntk_alpha) and MiniMax-M3-VL (its rotary class and its config's
-# rotary_dim disagree), BLT (its encoder, decoder and global configs are in the table; the whole model's config is
-# refused naming them) and PI0.5 (no attention geometry at its top level), and modules
-# whose default config transformers itself cannot rotate (Cohere-Compass, Moshi's depth decoder, ...). A model
-# type in neither list fails test_every_transformers_rotary_family_is_known: decide which it is.
+# rotary_dim disagree), BLT and PI0.5 (wrappers: their inner configs' families are in the table, and the whole
+# model's config is refused naming them), and modules whose default config transformers itself cannot rotate
+# (Cohere-Compass, Moshi's depth decoder, ...). A model type in neither list fails
+# test_every_transformers_rotary_family_is_known: decide which it is.
 NOT_IN_THE_TABLE = frozenset((
     'apertus1p5_vision_tokenizer', 'blt', 'chameleon_vqgan', 'cohere_compass',
     'cohere_compass_text', 'cohere_compass_vision', 'cosmos3_edge_vision',
