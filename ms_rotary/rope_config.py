@@ -100,6 +100,9 @@ _DOUBLE_WIDTH_HEADS = ("zamba2",)
 # Families whose attention rotates only when a config switch is on (Zamba2's shared attention: use_mem_rope,
 # default False in its config class).
 _ROPE_SWITCHES = {"zamba2": "use_mem_rope"}
+# Switches whose effect on the rotation transformers 5.25 states but does not apply (Zamba2's use_long_context:
+# "using rescaled rope_theta" is logged, the theta is not rescaled): refused, neither reading guessed.
+_UNAPPLIED_SWITCHES = {"zamba2": "use_long_context"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +158,11 @@ class RopeConfig:
         if switch is not None and not fields.get(switch):
             raise ValueError(f"{_PREFIX}: model_type={model_type!r} with {switch}={fields.get(switch)!r} rotates "
                              f"nothing (its attention applies rotary embeddings only when {switch} is true)")
+        unapplied = _UNAPPLIED_SWITCHES.get(model_type)
+        if unapplied is not None and fields.get(unapplied):
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} with {unapplied}=True: transformers 5.25 logs a "
+                             f"rescaled rope_theta but rotates with the configured one; give the theta the checkpoint "
+                             f"was trained with in rope_parameters and {unapplied}=False")
         parameters = _rope_parameters(fields, model_type, layer_type)
         section, interleaved = _mrope(fields, model_type, parameters)
         mode = _mode(fields, model_type, rotary_mode)
