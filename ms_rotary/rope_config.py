@@ -26,8 +26,9 @@ _PREFIX = "ms_rotary.RopeConfig"
 
 # M-RoPE families added by hand, each under its model types. GLM-4.1V's text decoder: M-RoPE on pairs
 # (rotate_half_llm, each frequency on two neighbouring lanes); GLM-4.5V's and GLM-Image's: on halves (rotate_half,
-# the frequencies repeated as two halves); Qwen3-Omni (its thinker's text decoder) and Cosmos3-Edge: Qwen3-VL's
-# interleaved sections (Qwen3-Omni's checkpoints have 128-lane heads; its default config's 2048 / 28 leaves 73).
+# the frequencies repeated as two halves); Qwen3-Omni (its thinker's text decoder): Qwen3-VL's interleaved
+# sections (its checkpoints have 128-lane heads; its default config's 2048 / 28 leaves 73). Cosmos3-Edge is
+# generated (families.py); its section default is here (MROPE_FAMILIES).
 _GLM_4_1V = ("glm4v", "glm4v_text")
 _GLM_4_5V = ("glm4v_moe", "glm4v_moe_text")
 _GLM_IMAGE = ("glm_image", "glm_image_text")
@@ -41,8 +42,7 @@ _COSMOS3_EDGE = ("cosmos3_edge", "cosmos3_edge_text")
 FAMILY_MODES = {
     **{model_type: mode for model_type, (mode, _) in TRANSFORMERS_FAMILIES.items()},
     **dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-                     "gemma3_text", "gpt_neox", "phi", "phi3", "starcoder2", "stablelm", "olmo", "olmo2", "qwen2_vl",
-                     "qwen2_5_vl", "qwen3_vl"), "half"),
+                     "gemma3_text", "gpt_neox", "phi", "phi3", "starcoder2", "stablelm", "olmo", "olmo2"), "half"),
     **dict.fromkeys(("glm", "glm4", "chatglm"), "interleave"),  # pairs (rotate_every_two)
     "deepseek_v2": "interleave",  # complex pairs on the tail [nope | rope] of each head
     "deepseek_v3": "interleave-half",  # rope_interleave (default): pairs in, halves out; else "half"
@@ -50,7 +50,7 @@ FAMILY_MODES = {
     "deepseek_v4": "interleave",  # pairs on the tail of each head, rope parameters by kind ("main", "compress")
     **dict.fromkeys(_GLM_4_1V, "interleave"),
     **dict.fromkeys(_GLM_4_5V + _GLM_IMAGE, "half"),
-    **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, "half"),
+    **dict.fromkeys(_QWEN3_OMNI, "half"),
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
 _TAIL_FAMILIES = ("deepseek_v4",)
@@ -68,7 +68,6 @@ FAMILY_ROPE_DEFAULTS = {
     **dict.fromkeys(_GLM_4_1V + _GLM_IMAGE, {"rope_type": "default", "rope_theta": 10000.0}),
     **dict.fromkeys(_GLM_4_5V, {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
     **dict.fromkeys(_QWEN3_OMNI, {"rope_type": "default", "rope_theta": 1000000.0}),
-    **dict.fromkeys(_COSMOS3_EDGE, {"rope_type": "default", "rope_theta": 100000000.0}),
 }
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rope_ratio", "rope_local_base_freq")
 # Per-layer-type thetas of other families' transformers 4 forms: not read (their config classes map them
@@ -80,11 +79,20 @@ _UNREAD_KEYS = ("global_rope_theta", "local_rope_theta", "rope_local_theta")
 _LOCAL_BASE_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
 # Scaling types whose pretraining length transformers takes from the top level first (Phi-3 keeps it there).
 _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
-# M-RoPE families: (section transformers 5.25 uses when the config gives none, interleaved sections?)
-MROPE_FAMILIES = {"qwen2_vl": ((16, 24, 24), False), "qwen2_5_vl": ((16, 24, 24), False),
-                  "qwen3_vl": ((24, 20, 20), True),
-                  **dict.fromkeys(_GLM_4_1V + _GLM_4_5V + _GLM_IMAGE, ((8, 12, 12), False)),
-                  **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, ((24, 20, 20), True))}
+# M-RoPE families: (section transformers 5.25 uses when the config gives none, interleaved sections?), each
+# model type whose text decoder's rotary class recomposes its frequencies from three position axes.
+MROPE_FAMILIES = {
+    **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "paddleocr_vl",
+                     "paddleocr_vl_text"), ((16, 24, 24), False)),
+    **dict.fromkeys(("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text"), ((24, 20, 20), True)),
+    **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp", "qwen4_exp_text"),
+                    ((11, 11, 10), True)),
+    **dict.fromkeys(_GLM_4_1V + _GLM_4_5V + _GLM_IMAGE + ("glm_ocr", "glm_ocr_text"), ((8, 12, 12), False)),
+    **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, ((24, 20, 20), True))}
+# Families whose M-RoPE puts the axes on lanes in a way no ms_rotary layout states (ERNIE-4.5-VL: h and w
+# frequencies alternating, then t; NeoMME: two axes on alternating frequencies): with the same position on every
+# axis (text) they rotate as the table's layout, so they stay in it; a configured section is refused.
+_MROPE_UNSUPPORTED = ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "neomme")
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 # A family's own names for the fields read here (its transformers config class's attribute_map, which a
 # config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary
@@ -289,6 +297,11 @@ def _nested(parameters):
 def _mrope(fields, model_type, parameters):
     """(mrope_section or None, interleaved) from the config, else the family's transformers default."""
     section = _first(parameters, "mrope_section") or _first(fields, "mrope_section")
+    if section is not None and model_type in _MROPE_UNSUPPORTED:
+        raise ValueError(f"{_PREFIX}: model_type={model_type!r}: its M-RoPE (mrope_section={section!r}) puts the "
+                         f"position axes on lanes in a layout ms_rotary does not have; for text positions (the "
+                         f"same on every axis, where it rotates as {FAMILY_MODES[model_type]!r} does) give the "
+                         f"config without mrope_section")
     default_section, default_interleaved = MROPE_FAMILIES.get(model_type, (None, False))
     section = section if section is not None else default_section
     if section is None:

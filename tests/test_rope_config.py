@@ -148,6 +148,10 @@ def test_the_layout_and_slice_of_each_known_family():
        kwargs, ValueError, r"it holds configs that do: encoder_config \(blt_local_encoder\), global_config "
                            r"\(blt_global_transformer\): pass the one whose layer this is")
       for kwargs in ({}, {"rotary_mode": "interleave"})),
+    # ERNIE-4.5-VL's M-RoPE (h and w alternating, then t) is no layout of ms_rotary's: a section is refused
+    ({"model_type": "ernie4_5_vl_moe_text", "hidden_size": 256, "num_attention_heads": 2,
+      "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [22, 22, 20]}}, {}, ValueError,
+     r"model_type='ernie4_5_vl_moe_text': its M-RoPE \(mrope_section=\[22, 22, 20\]\) puts the position axes"),
     # a family's own field names in its errors
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 0}, {}, ValueError, r"n_heads=0 must be a positive integer"),
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "max_seq_len": -3}, {}, ValueError,
@@ -199,6 +203,15 @@ MROPE = {
                                                       [2, 3, 3], False, {"partial_rotary_factor": 0.5}, None),
     "Cosmos3-Edge (interleaved sections)": ("Cosmos3EdgeTextConfig", "cosmos3_edge",
                                             "Cosmos3EdgeTextRotaryEmbedding", [6, 5, 5], True, {}, None),
+    # text configs whose config.json gives the section without mrope_interleaved: the family's own layout decides
+    "Qwen3-VL's text config (interleaved, no flag)": ("Qwen3VLTextConfig", "qwen3_vl", "Qwen3VLTextRotaryEmbedding",
+                                                      [6, 5, 5], True, {}, "qwen3_vl_text"),
+    "Qwen3.5 (interleaved sections, half the head)": ("Qwen3_5TextConfig", "qwen3_5", "Qwen3_5TextRotaryEmbedding",
+                                                      [3, 3, 2], True, {"partial_rotary_factor": 0.5}, None),
+    "GLM-OCR (sections on pairs)": ("GlmOcrTextConfig", "glm_ocr", "GlmOcrTextRotaryEmbedding", [2, 3, 3], False,
+                                    {"partial_rotary_factor": 0.5}, None),
+    "PaddleOCR-VL (sections)": ("PaddleOCRTextConfig", "paddleocr_vl", "PaddleOCRRotaryEmbedding", [4, 6, 6], False,
+                                {}, None),
 }
 
 

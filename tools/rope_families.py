@@ -82,17 +82,20 @@ def compare(model_type, mode, layer_type=None):
         rope = ms_rotary.RopeConfig.from_config(config.to_dict() | {"model_type": model_type}, rotary_mode=mode,
                                                 layer_type=layer_type)
         positions = POSITIONS[POSITIONS < (rope.max_position_embeddings or 1 << 30)]
-        q = np.random.default_rng(0).uniform(-1, 1, (1, len(positions), 2, rope.head_dim)).astype(np.float32)
+        if rope.mrope_section is not None:  # time, height and width positions that differ, [3, 1, S]
+            positions = np.stack([positions, positions[::-1], (positions * 7 + 3) % (positions.max() + 1)])[:, None]
+        q = np.random.default_rng(0).uniform(-1, 1, (1, positions.shape[-1], 2, rope.head_dim)).astype(np.float32)
         cos, sin = rope.cos_sin(positions)
         got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin).asnumpy()
     except Exception as error:  # noqa: BLE001
         return f"ms_rotary: {error}"
     try:
         by_type = {} if layer_type is None else {"layer_type": layer_type}
-        cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]), **by_type)
+        ids = torch.tensor(positions if positions.ndim == 3 else positions[None])
+        cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), ids, **by_type)
     except Exception as error:  # noqa: BLE001
         return f"transformers: {type(error).__name__}: {error}"
-    if positions[0] == 0 and not cos_hf[..., 0, :].any():  # GPT-J's, CodeGen's rotary classes return (sin, cos)
+    if positions.ndim == 1 and positions[0] == 0 and not cos_hf[..., 0, :].any():  # GPT-J's, CodeGen's: (sin, cos)
         cos_hf, sin_hf = sin_hf, cos_hf
     start, end = rope.partial_slice
     try:
