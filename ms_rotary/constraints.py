@@ -259,7 +259,8 @@ def check_cache_read(call, shapes, cos_shape, sin_shape, positions_shape, names=
         raise ValueError(f"{LAYER}: the cos and sin caches differ in shape: {tuple(cos_shape)}, {tuple(sin_shape)}")
     view = positions_view(positions_shape, cache.channels)
     if view is None or view[1] not in (1, batch) or view[2] != seq:
-        raise ValueError(f"{LAYER}: positions do not fit q {tuple(shapes[0])}; they must be "
+        got = f"of shape {tuple(positions_shape)}" if view is None else f"for B = {view[1]}, S = {view[2]}"
+        raise ValueError(f"{LAYER}: positions {got} do not fit q {tuple(shapes[0])}; they must be "
                          f"{positions_rule(cache.channels, batch, seq)}")
 
 

@@ -235,6 +235,8 @@ class RotaryEmbedding(nn.Cell):
             rows = self.cos_cache.shape[1]
             if rows <= high < self.growth_limit:  # past the limit: the call's own out-of-cache error
                 self.extend_cache(min(max(2 * rows, high + 1), self.growth_limit))
+        if isinstance(positions, np.ndarray) and ms.get_context("mode") == ms.GRAPH_MODE:
+            positions = ms.Tensor(positions)  # the calls below compile: an array argument would reach them as ()
         return self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
 
     def extend_cache(self, cache_positions):

@@ -70,7 +70,7 @@ BAD_POSITIONS = {  # name: (layer arguments, positions, error, message)
     "float positions": ({}, np.arange(S) + 0.7, TypeError, "positions must hold integers .* got dtype float"),
     "uint64 positions": ({}, np.arange(S, dtype=np.uint64), TypeError, "got dtype uint64; cast them to int64"),
     "bool positions": ({}, np.ones(S, bool), TypeError, "got dtype bool"),
-    "S differs from q's": ({}, np.arange(S - 1), ValueError, r"positions do not fit q \(1, 6, 2, 16\)"),
+    "S differs from q's": ({}, np.arange(S - 1), ValueError, r"positions for B = 1, S = 5 do not fit q \(1, 6, 2,"),
     "batch neither 1 nor B": ({}, np.zeros((3, S), np.int64), ValueError, r"must be \[S\] or \[B, S\] = \[1, 6\]"),
 }
 
@@ -157,6 +157,22 @@ def test_positions_as_lists_arrays_and_other_integer_tensors_give_the_same_numbe
     q_rot, k_rot = _run(exec_mode, layer, q, k, positions)
     for got, t in ((q_rot, q), (k_rot, k)):
         np.testing.assert_allclose(got.asnumpy(), _expected(layer, t, values), rtol=1e-5, atol=1e-5)
+
+
+def test_the_layer_called_at_top_level_in_graph_mode_takes_positions_as_a_list_or_array():
+    """Called itself in GRAPH_MODE (no Cell of the user's around it), a list or numpy array of positions used to
+    reach the compiled calls as a shape-() constant and be refused ("positions of shape () do not fit q")."""
+    values = [0, 1, 5, 7, 2, 2]
+    q, k = _qk()
+    layer = _layer()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        for positions in (values, np.array(values)):
+            q_rot, k_rot = layer(q, k, positions)
+            for got, t in ((q_rot, q), (k_rot, k)):
+                np.testing.assert_allclose(got.asnumpy(), _expected(layer, t, values), rtol=1e-5, atol=1e-5)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
 @pytest.mark.parametrize("exec_mode", EXEC_MODES)
