@@ -39,8 +39,9 @@ def build_loop(out_dir):
 def build(kernel_dir, slice_touch, out_dir, name):
     """kernel_rows with the kernel in kernel_dir, compiled as setup.py compiles the library's code."""
     binary = os.path.join(out_dir, name)
-    kernel = sorted(glob.glob(os.path.join(kernel_dir, "*.cc")))  # a revision's own files (one, or the row loops'
-    kernel = [source for source in kernel if os.path.basename(source) != "aot_entry.cc"]  # without MindSpore's entry
+    # the revision's kernel files (one file before the row loops were split out), without MindSpore's AOT entry
+    kernel = [source for source in sorted(glob.glob(os.path.join(kernel_dir, "*.cc")))
+              if os.path.basename(source) != "aot_entry.cc"]
     subprocess.run(["g++", "-O3", *kernel_build.NATIVE, *kernel_build.FLAGS, "-I", kernel_dir,
                     os.path.join(ROOT, "benchmarks", "kernel_rows.cc"), *kernel, slice_touch, "-o", binary], check=True)
     return binary
