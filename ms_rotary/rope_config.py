@@ -97,7 +97,6 @@ _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 # A family's own names for the fields read here (its transformers config class's attribute_map, which a
 # config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary
 # class reads num_attention_heads, which maps there).
-_ALIASED = "__ms_rotary_aliased__"  # config_fields' note of the aliases it read: {field: the config's name}
 _FIELD_ALIASES = {
     "dbrx": {"hidden_size": "d_model", "num_attention_heads": "n_heads", "max_position_embeddings": "max_seq_len"},
     "moonshine": {"num_attention_heads": "decoder_num_attention_heads"},
@@ -189,8 +188,7 @@ class RopeConfig:
         beta = scaling.pop("llama_4_scaling_beta", None)
         max_positions = _first(fields, "max_position_embeddings", "n_positions", "seq_length")
         if max_positions is not None:
-            name = fields.get(_ALIASED, {}).get("max_position_embeddings", "max_position_embeddings")
-            max_positions = int(check_value(name, max_positions, COUNT))
+            max_positions = int(check_value(_given_name(fields, "max_position_embeddings"), max_positions, COUNT))
         if rope_type_of(scaling) in _ORIGINAL_LENGTH_TYPES:  # as transformers' standardize_rope_params
             original = _first(fields, "original_max_position_embeddings")
             if original is not None:
@@ -225,7 +223,6 @@ def config_fields(config):
     for field, alias in _FIELD_ALIASES.get(fields.get("model_type"), {}).items():
         if fields.get(field) is None and fields.get(alias) is not None:
             fields[field] = fields[alias]
-            fields.setdefault(_ALIASED, {})[field] = alias  # errors name the field the config gave
     return fields
 
 
@@ -342,11 +339,16 @@ def _inner_configs_hint(fields):
     return f"; it holds configs that do: {', '.join(inner)}: pass the one whose layer this is" if inner else ""
 
 
+def _given_name(fields, key):
+    """The name the config gave `key` under: the family's own (DBRX's n_heads) where config_fields read it there."""
+    alias = _FIELD_ALIASES.get(fields.get("model_type"), {}).get(key)
+    return alias if alias is not None and fields.get(alias) is fields.get(key) else key
+
+
 def _int(fields, key):
     value = fields[key]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        given = fields.get(_ALIASED, {}).get(key)
-        raise ValueError(f"{_PREFIX}: {key if given is None else given}={value!r} must be a positive integer")
+        raise ValueError(f"{_PREFIX}: {_given_name(fields, key)}={value!r} must be a positive integer")
     return int(value)
 
 
