@@ -31,7 +31,7 @@ _CACHE_DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bf
 
 def mrope_lane_channels(rotary_mode, rotary_dim, mrope_section, mrope_interleaved):
     """The position channel of each cos/sin lane: the frequency of pair k sits on lanes ya[k] and yb[k]."""
-    frequency_channels = mrope_channels(mrope_section, bool(mrope_interleaved), rotary_dim // 2)
+    frequency_channels = mrope_channels(mrope_section, mrope_interleaved, rotary_dim // 2)
     lanes = np.empty(rotary_dim, np.int64)
     _, _, ya, yb = lane_pairs(rotary_mode, rotary_dim)
     lanes[ya] = frequency_channels
@@ -104,11 +104,12 @@ class RotaryEmbedding(nn.Cell):
     attention output so). q [B, S, Nq, D] and k [B, S, Nk, D] (their own head counts: GQA, MQA; layout "SBND":
     [S, B, N, D], "BNSD": [B, N, S, D]) of one float dtype, D = head_dim; positions integer (a tensor, array or
     list) [S] or [B, S], each in [0, cache_positions). M-RoPE (an mrope_section of three frequency counts;
-    mrope_interleaved for Qwen3-VL): positions [3, S] or [3, B, S] (time, height, width), each lane's cos/sin read
-    at its channel's position; quarter mode (rotary_mode 2, ChatGLM-6B): positions [S, 2] or [B, S, 2] (token,
-    block). The cache holds cos/sin computed in float64 and stored in cache_dtype: fp32 by default; a bf16 cache
-    rounds cos/sin to 8 bits, whose angle error grows with the position. Set cos_cache/sin_cache.requires_grad
-    to train them: they get the true gradient (each token's, added into the row it read). inplace=True writes q
+    mrope_interleaved True for Qwen3-VL, "hw" for ERNIE-4.5-VL: tables.MROPE_LAYOUTS): positions [3, S] or [3, B, S]
+    (time, height, width), each lane's cos/sin read at its channel's position; quarter mode (rotary_mode 2, ChatGLM-6B):
+    positions [S, 2] or [B, S, 2] (token, block). The cache holds cos/sin computed in float64 and stored in cache_dtype:
+    fp32 by default; a bf16 cache rounds cos/sin to 8 bits, whose angle error grows with the position. Set
+    cos_cache/sin_cache.requires_grad to train them: they get the true gradient (each token's, added into the row it
+    read). inplace=True writes q
     and k themselves (contiguous, apart) and returns them, as InplacePartialRotaryMul writes x.
 
     grow_cache=True: a call from Python with a position past the cache first rebuilds it to cover it (at least

@@ -12,7 +12,7 @@ needs `rotary_mode=`: a guessed layout rotates silently wrong."""
 import copy
 import dataclasses
 import numbers
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import mindspore as ms
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from .constraints import normalize_mode
 from .families import TRANSFORMERS_FAMILIES
 from .rope_scaling import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, WHOLE_HEAD_TYPES, check_value, rope_type_of
-from .tables import rope_cos_sin
+from .tables import MROPE_LAYOUTS, mrope_layout, rope_cos_sin
 
 _PREFIX = "ms_rotary.RopeConfig"
 
@@ -88,11 +88,12 @@ MROPE_FAMILIES = {
     **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp", "qwen4_exp_text"),
                     ((11, 11, 10), True)),
     **dict.fromkeys(_GLM_4_1V + _GLM_4_5V + _GLM_IMAGE + ("glm_ocr", "glm_ocr_text"), ((8, 12, 12), False)),
-    **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, ((24, 20, 20), True))}
-# Families whose M-RoPE puts the axes on lanes in a way no ms_rotary layout states (ERNIE-4.5-VL: h and w
-# frequencies alternating, then t; NeoMME: two axes on alternating frequencies): with the same position on every
-# axis (text) they rotate as the table's layout, so they stay in it; a configured section is refused.
-_MROPE_UNSUPPORTED = ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "neomme")
+    **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, ((24, 20, 20), True)),
+    **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "hw"))}
+# Families whose M-RoPE puts the axes on lanes in a way no ms_rotary layout states (NeoMME: two axes, row and
+# column, on alternating frequencies; its config states no section): with the same position on every axis
+# (text) they rotate as the table's layout, so they stay in it; a configured section is refused.
+_MROPE_UNSUPPORTED = ("neomme",)
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 # A family's own names for the fields read here (its transformers config class's attribute_map, which a
 # config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary
@@ -124,7 +125,7 @@ class RopeConfig:
     rope_scaling: Optional[dict]        # for rope_cos_sin (rope_type and its keys), None for plain RoPE
     max_position_embeddings: Optional[int]
     mrope_section: Optional[Tuple[int, int, int]] = None  # M-RoPE: positions are [3, S] (time, height, width)
-    mrope_interleaved: bool = False
+    mrope_interleaved: Union[bool, str] = False  # the axes' layout: tables.MROPE_LAYOUTS
     # Llama-4's attention temperature (Ministral-3, Mistral-4): q after the rotation times query_scale(positions)
     llama_4_scaling_beta: Optional[float] = None
     transposed: bool = False            # pairs turn by -angle (TRANSPOSED_FAMILIES): sin negated
@@ -308,7 +309,16 @@ def _mrope(fields, model_type, parameters):
     if not isinstance(section, (list, tuple)) or len(section) != 3 or \
             any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
         raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
-    return tuple(int(n) for n in section), bool(default_interleaved if interleaved is None else interleaved)
+    if interleaved is None:
+        return tuple(int(n) for n in section), default_interleaved
+    interleaved = mrope_layout(interleaved)
+    if model_type in MROPE_FAMILIES and interleaved != default_interleaved:
+        # transformers' rotary class lays the family's axes out its own way whatever the flag says; vLLM
+        # follows the flag: neither is guessed
+        raise ValueError(f"{_PREFIX}: model_type={model_type!r} with mrope_interleaved={interleaved!r}: the "
+                         f"family's rotary class lays out {MROPE_LAYOUTS[default_interleaved]} and ignores the "
+                         f"flag (transformers 5.25); give mrope_interleaved={default_interleaved!r} or leave it out")
+    return tuple(int(n) for n in section), interleaved
 
 
 def _mode(fields, model_type, rotary_mode):

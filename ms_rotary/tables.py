@@ -57,10 +57,12 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
         in a row; 2 quarter -> cat(f1, f1, f2, f2), f1 from token positions, f2 from block positions.
     head_dim: needed only when rope_scaling holds a partial_rotary_factor f other than 1 (transformers 5 keeps it
         there): then rotary_dim must be int(head_dim * f), as transformers computes it.
-    mrope_section: M-RoPE (Qwen2-VL, Qwen3-VL): three counts of frequencies (summing to rotary_dim / 2) turned
-        by the temporal, height and width positions; positions are then [3, S] or [3, B, S]. In consecutive
-        sections (Qwen2-VL), or with mrope_interleaved (Qwen3-VL) frequency i takes height if i % 3 == 1 and
-        i < 3 * section[1], width if i % 3 == 2 and i < 3 * section[2], else time.
+    mrope_section: M-RoPE (Qwen2-VL, Qwen3-VL, ERNIE-4.5-VL): three counts of frequencies (summing to
+        rotary_dim / 2) turned by the temporal, height and width positions; positions are then [3, S] or
+        [3, B, S]. mrope_interleaved picks where each axis's frequencies sit (MROPE_LAYOUTS): False, consecutive
+        sections t, h, w (Qwen2-VL); True, frequency i takes height if i % 3 == 1 and i < 3 * section[1],
+        width if i % 3 == 2 and i < 3 * section[2], else time (Qwen3-VL); "hw", height on the even and width
+        on the odd frequencies below 2 * section[1] (so section[0] == section[1]), time above (ERNIE-4.5-VL).
     rope_theta, rope_scaling, max_position_embeddings: as in a Hugging Face config (`rope_scaling` or transformers
         5's `rope_parameters`, whose rope_theta wins when present); rope_type default, linear, dynamic, yarn,
         llama3, longrope or proportional, with transformers 5's keys and defaults. The attention factor (yarn,
@@ -86,7 +88,7 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
     if mrope_section is not None:
         if quarter:
             raise ValueError(f"{_PREFIX}: mrope_section does not combine with quarter mode")
-        channels = mrope_channels(mrope_section, bool(mrope_interleaved), rotary_dim // 2)
+        channels = mrope_channels(mrope_section, mrope_interleaved, rotary_dim // 2)
         positions = _mrope_positions(positions)
     else:
         positions = _positions(positions, quarter)
@@ -156,19 +158,42 @@ def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rop
     return tuple(caches)
 
 
+# M-RoPE layouts, by the value of mrope_interleaved: which position axis turns each frequency.
+MROPE_LAYOUTS = {False: "consecutive sections: time, height, width (Qwen2-VL)",
+                 True: "height and width every third frequency, the rest time (Qwen3-VL)",
+                 "hw": "height and width on alternate frequencies, then time (ERNIE-4.5-VL)"}
+
+
+def mrope_layout(interleaved):
+    """mrope_interleaved checked against MROPE_LAYOUTS (a truthy string must not pass for True)."""
+    if isinstance(interleaved, (bool, np.bool_)):
+        return bool(interleaved)
+    if isinstance(interleaved, str) and interleaved in MROPE_LAYOUTS:
+        return interleaved
+    raise ValueError(f"{_PREFIX}: mrope_interleaved={interleaved!r} must be one of "
+                     + "; ".join(f"{key!r}: {what}" for key, what in MROPE_LAYOUTS.items()))
+
+
 def mrope_channels(section, interleaved, frequencies):
     """The position channel (0 time, 1 height, 2 width) of each of the `frequencies` frequencies."""
+    interleaved = mrope_layout(interleaved)
     if not isinstance(section, (list, tuple)) or len(section) != 3 or \
             any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
         raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
-    if sum(section) > frequencies or (sum(section) != frequencies and not interleaved):
-        need = "at most that (interleaved: the frequencies past the sections turn with time)" if interleaved else \
-            "that"
+    if sum(section) > frequencies or (sum(section) != frequencies and interleaved is not True):
+        need = "at most that (interleaved: the frequencies past the sections turn with time)" \
+            if interleaved is True else "that"
         raise ValueError(f"{_PREFIX}: mrope_section={list(section)} sums to {sum(section)}; rotary_dim / 2 = "
                          f"{frequencies} frequencies need it to sum to {need}")
     index = np.arange(frequencies)
+    channels = np.zeros(frequencies, np.int64)
+    if interleaved == "hw":  # ERNIE-4.5-VL: h, w, h, w, ... then t
+        if section[0] != section[1]:
+            raise ValueError(f"{_PREFIX}: mrope_section={list(section)} with mrope_interleaved='hw' alternates "
+                             f"height and width frequencies: its first two counts must be equal")
+        channels[index < 2 * section[0]] = 1 + index[index < 2 * section[0]] % 2
+        return channels
     if interleaved:  # as transformers' Qwen3-VL: height and width every third frequency, the rest time
-        channels = np.zeros(frequencies, np.int64)
         channels[(index % 3 == 1) & (index < 3 * section[1])] = 1
         channels[(index % 3 == 2) & (index < 3 * section[2])] = 2
         return channels

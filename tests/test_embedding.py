@@ -133,7 +133,8 @@ def test_second_order_gradients_in_a_graph():
 
 
 # M-RoPE: 16 frequencies in the slice of 32; time, height and width positions that differ per token
-MROPE_SECTIONS = {"sections": ((4, 6, 6), False), "interleaved sections": ((6, 5, 5), True)}
+MROPE_SECTIONS = {"sections": ((4, 6, 6), False), "interleaved sections": ((6, 5, 5), True),
+                  "h and w alternating": ((5, 5, 6), "hw")}
 MROPE_POSITIONS = np.stack([POSITIONS, (POSITIONS * 7 + 1) % CACHE, (POSITIONS * 3 + 5) % CACHE])  # [3, B, S]
 
 
@@ -263,6 +264,8 @@ def test_bad_calls_are_refused_by_name_before_anything_is_written(call, error, m
     (dict(cache_dtype=ms.int32), TypeError, "cache_dtype"),
     (dict(layout="BSH"), ValueError, r"layout='BSH' must be one of \['BSND', 'SBND', 'BNSD'\]"),
     (dict(mrope_section=(4, 6, 5)), ValueError, r"mrope_section=\[4, 6, 5\] sums to 15"),
+    (dict(mrope_section=(4, 6, 6), mrope_interleaved="hw"), ValueError, "its first two counts must be equal"),
+    (dict(mrope_section=(4, 6, 6), mrope_interleaved="yes"), ValueError, r"mrope_interleaved='yes' must be one of"),
 ])
 def test_layers_that_cannot_be_built_are_refused_by_name(kwargs, error, match):
     arguments = dict(head_dim=D, partial_slice=SLICE, rotary_mode="half", cache_positions=CACHE)

@@ -148,10 +148,18 @@ def test_the_layout_and_slice_of_each_known_family():
        kwargs, ValueError, r"it holds configs that do: encoder_config \(blt_local_encoder\), global_config "
                            r"\(blt_global_transformer\): pass the one whose layer this is")
       for kwargs in ({}, {"rotary_mode": "interleave"})),
-    # ERNIE-4.5-VL's M-RoPE (h and w alternating, then t) is no layout of ms_rotary's: a section is refused
+    # an M-RoPE flag against the family's own layout (its rotary class ignores the flag; vLLM follows it)
     ({"model_type": "ernie4_5_vl_moe_text", "hidden_size": 256, "num_attention_heads": 2,
-      "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [22, 22, 20]}}, {}, ValueError,
-     r"model_type='ernie4_5_vl_moe_text': its M-RoPE \(mrope_section=\[22, 22, 20\]\) puts the position axes"),
+      "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [22, 22, 20],
+                          "mrope_interleaved": True}}, {}, ValueError,
+     r"model_type='ernie4_5_vl_moe_text' with mrope_interleaved=True: the family's rotary class lays out height "
+     r"and width on alternate frequencies, then time \(ERNIE-4.5-VL\) and ignores the flag"),
+    ({"model_type": "qwen2_vl", "hidden_size": 256, "num_attention_heads": 2,
+      "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24], "mrope_interleaved": True}}, {}, ValueError,
+     r"model_type='qwen2_vl' with mrope_interleaved=True: the family's rotary class lays out consecutive sections"),
+    ({"model_type": "qwen2_vl", "hidden_size": 256, "num_attention_heads": 2,
+      "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24], "mrope_interleaved": "false"}}, {},
+     ValueError, r"mrope_interleaved='false' must be one of False: .*; True: .*; 'hw': "),
     # a family's own field names in its errors
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 0}, {}, ValueError, r"n_heads=0 must be a positive integer"),
     ({"model_type": "dbrx", "d_model": 256, "n_heads": 2, "max_seq_len": -3}, {}, ValueError,
@@ -212,6 +220,11 @@ MROPE = {
                                     {"partial_rotary_factor": 0.5}, None),
     "PaddleOCR-VL (sections)": ("PaddleOCRTextConfig", "paddleocr_vl", "PaddleOCRRotaryEmbedding", [4, 6, 6], False,
                                 {}, None),
+    # ERNIE-4.5-VL: height and width on alternate frequencies, then time, on adjacent pairs
+    "ERNIE-4.5-VL (h and w alternating, then t)": ("Ernie4_5_VLMoeTextConfig", "ernie4_5_vl_moe",
+                                                   "Ernie4_5_VLMoeTextRotaryEmbedding", [6, 6, 4], "hw", {}, None),
+    "ERNIE-4.5-VL's text config": ("Ernie4_5_VLMoeTextConfig", "ernie4_5_vl_moe", "Ernie4_5_VLMoeTextRotaryEmbedding",
+                                   [6, 6, 4], "hw", {}, "ernie4_5_vl_moe_text"),
 }
 
 
@@ -258,6 +271,11 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
     bare = {"model_type": "qwen3_vl", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128}
     assert (RopeConfig.from_config(bare).mrope_section, RopeConfig.from_config(bare).mrope_interleaved) == \
         ((24, 20, 20), True)
+    ernie = RopeConfig.from_config({**bare, "model_type": "ernie4_5_vl_moe_text"})  # its rotary class's default
+    assert (ernie.rotary_mode, ernie.mrope_section, ernie.mrope_interleaved) == (1, (22, 22, 20), "hw")
+    with pytest.raises(ValueError, match=r"mrope_section=\[20, 24, 20\] with mrope_interleaved='hw' alternates"):
+        RopeConfig.from_config({**bare, "model_type": "ernie4_5_vl_moe", "rope_parameters": {
+            "rope_type": "default", "mrope_section": [20, 24, 20]}}).cos_sin(np.zeros((3, 4), np.int64))
     # GLM-4.5V's config class halves the rotary width; GLM-4.1V's rotates the whole head, which its default
     # section (32 frequencies) does not fit: transformers' own split fails there, ms_rotary refuses by name
     glm_4_5v = RopeConfig.from_config({**bare, "model_type": "glm4v_moe_text"})
