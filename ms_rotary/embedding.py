@@ -105,12 +105,12 @@ class RotaryEmbedding(nn.Cell):
     [S, B, N, D], "BNSD": [B, N, S, D]) of one float dtype, D = head_dim; positions integer (a tensor, array or
     list) [S] or [B, S], each in [0, cache_positions). M-RoPE (an mrope_section of three frequency counts;
     mrope_interleaved True for Qwen3-VL, "hw" for ERNIE-4.5-VL: tables.MROPE_LAYOUTS): positions [3, S] or [3, B, S]
-    (time, height, width), each lane's cos/sin read at its channel's position; quarter mode (rotary_mode 2, ChatGLM-6B):
-    positions [S, 2] or [B, S, 2] (token, block). The cache holds cos/sin computed in float64 and stored in cache_dtype:
-    fp32 by default; a bf16 cache rounds cos/sin to 8 bits, whose angle error grows with the position. Set
-    cos_cache/sin_cache.requires_grad to train them: they get the true gradient (each token's, added into the row it
-    read). inplace=True writes q
-    and k themselves (contiguous, apart) and returns them, as InplacePartialRotaryMul writes x.
+    (time, height, width), each lane's cos/sin read at its channel's position; quarter mode (rotary_mode 2,
+    ChatGLM-6B): positions [S, 2] or [B, S, 2] (token, block). The cache holds cos/sin computed in float64 and
+    stored in cache_dtype: fp32 by default; a bf16 cache rounds cos/sin to 8 bits, whose angle error grows with the
+    position. Set cos_cache/sin_cache.requires_grad to train them: they get the true gradient (each token's, added
+    into the row it read). inplace=True writes q and k themselves (contiguous, apart) and returns them, as
+    InplacePartialRotaryMul writes x.
 
     grow_cache=True: a call from Python with a position past the cache first rebuilds it to cover it (at least
     doubling, up to max(max_position_embeddings, 2**20) positions; `extend_cache(n)` by hand). A compiled
