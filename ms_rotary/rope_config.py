@@ -79,6 +79,9 @@ _UNREAD_KEYS = ("global_rope_theta", "local_rope_theta", "rope_local_theta")
 _LOCAL_BASE_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
 # Scaling types whose pretraining length transformers takes from the top level first (Phi-3 keeps it there).
 _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
+# Families whose rotary class reads a "dynamic" type with a fixed alpha as NTK-alpha: the base stretched to
+# theta * alpha ** (D / (D - 2)) for every length (transformers' ntk_alpha; the type's other keys unused).
+_NTK_ALPHA_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 # M-RoPE families: (section transformers 5.25 uses when the config gives none, interleaved sections?), each
 # model type whose text decoder's rotary class recomposes its frequencies from three position axes.
 MROPE_FAMILIES = {
@@ -202,10 +205,22 @@ class RopeConfig:
                 raise ValueError(f"{_PREFIX}: llama_4_scaling_beta={beta} scales q by position over "
                                  f"original_max_position_embeddings, which this config's rope_type "
                                  f"{rope_type_of(scaling)!r} does not give")
+        theta = check_value("rope_theta", theta, POSITIVE)
+        if model_type in _NTK_ALPHA_FAMILIES and rope_type_of(scaling) == "dynamic" and scaling.get("alpha"):
+            theta, scaling = _ntk_alpha_theta(theta, scaling["alpha"], head_dim), {"rope_type": "default"}
         if rope_type_of(scaling) == "default" and len(scaling) <= 1:
             scaling = None
-        return cls(model_type, head_dim, partial_slice, mode, check_value("rope_theta", theta, POSITIVE), scaling,
-                   max_positions, section, interleaved, beta, model_type in TRANSPOSED_FAMILIES)
+        return cls(model_type, head_dim, partial_slice, mode, theta, scaling, max_positions, section, interleaved,
+                   beta, model_type in TRANSPOSED_FAMILIES)
+
+
+def _ntk_alpha_theta(theta, alpha, head_dim):
+    """The base HunYuan's rotary class turns with for a fixed NTK alpha: theta * alpha ** (D / (D - 2))."""
+    alpha = check_value("rope_parameters['alpha']", alpha, POSITIVE)
+    if head_dim <= 2:
+        raise ValueError(f"{_PREFIX}: rope_parameters['alpha']={alpha} stretches the base by alpha ** (D / (D - 2)), "
+                         f"which head_dim={head_dim} leaves undefined")
+    return float(theta * alpha ** (head_dim / (head_dim - 2)))
 
 
 def config_fields(config):

@@ -56,6 +56,18 @@ FAMILIES = {
                               v_head_dim=32, max_position_embeddings=8192, rope_interleave=False,
                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
         "glm4_moe_lite", "apply_rotary_pos_emb", 2),
+    # HunYuan's checkpoints label a fixed NTK alpha "dynamic" (with YaRN-style keys its rotary class ignores)
+    "HunYuan-A13B (dynamic with a fixed alpha: the base stretched)": (
+        "hunyuan_v1_moe", dict(hidden_size=256, num_attention_heads=2, head_dim=128, max_position_embeddings=32768,
+                               rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0,
+                                                "factor": 1.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                                                "mscale_all_dim": 1.0}),
+        "hunyuan_v1_moe", "apply_rotary_pos_emb", 2),
+    "HunYuan-7B dense (dynamic with a fixed alpha)": (
+        "hunyuan_v1_dense", dict(hidden_size=256, num_attention_heads=4, head_dim=64, max_position_embeddings=32768,
+                                 rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 50.0,
+                                                  "factor": 1.0}),
+        "hunyuan_v1_dense", "apply_rotary_pos_emb", 2),
     "NanoChat (transposed: rotate_half flips the other half)": (
         "nanochat", dict(hidden_size=128, num_attention_heads=2, max_position_embeddings=8192,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
