@@ -185,6 +185,9 @@ def overlap(a, b):
 _POSITIONS_FORMS = {1: ("[S] or [B, S]", "[{b}, {s}]", ""),
                     2: ("[S, 2] or [B, S, 2]", "[{b}, {s}, 2]", " (quarter mode: token and block position)"),
                     3: ("[3, S] or [3, B, S]", "[3, {b}, {s}]", " (M-RoPE: time, height, width)")}
+# Up to this many positions (a decode step's) are read and checked as Python lists: numpy's per-call costs
+# exceed the work there.
+FEW_POSITIONS = 64
 # Integer dtypes whose every value int64 holds (uint64 does not: 2**64 - 1 would read as -1).
 POSITION_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
 
@@ -285,9 +288,15 @@ def position_outside_cache(position, cache_rows, rows_per_call=False):
 
 def check_positions_range(positions, cache_rows, rows_per_call=False):
     """positions: a numpy integer array; each must lie in [0, cache_rows)."""
-    if positions.size and (positions.min() < 0 or positions.max() >= cache_rows):
-        bad = positions.min() if positions.min() < 0 else positions.max()
-        raise ValueError(position_outside_cache(int(bad), cache_rows, rows_per_call))
+    if not positions.size:
+        return
+    if positions.size <= FEW_POSITIONS:  # a decode step's: Python's min and max, not numpy's slower reductions
+        values = positions.ravel().tolist()
+        low, high = min(values), max(values)
+    else:
+        low, high = positions.min(), positions.max()
+    if low < 0 or high >= cache_rows:
+        raise ValueError(position_outside_cache(int(low if low < 0 else high), cache_rows, rows_per_call))
 
 
 def check_norm_weight(name, head_dim, shape=None, dtype=None):

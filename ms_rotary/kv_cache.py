@@ -18,7 +18,7 @@ from mindspore.graph.api import _pynative_executor
 from mindspore.ops import functional as F
 
 from . import routes
-from .constraints import LAYER, POSITION_DTYPES, dtype_name, element_dtype, overlap, require_contiguous
+from .constraints import FEW_POSITIONS, LAYER, POSITION_DTYPES, dtype_name, element_dtype, require_contiguous
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
 from .routes import Route
 from .targets.base import host_array
@@ -64,6 +64,26 @@ def _checked_signature(*signature):
     check_caches(*signature)
 
 
+def host_rows(rows):
+    """Row indices (a tensor, an array or a list) as numpy on the host (a decode step's few read as a list)."""
+    if isinstance(rows, ms.Tensor):  # the dtype kept: the checks refuse a float one by name
+        return np.array(rows.tolist(), np.int64) if rows.size <= FEW_POSITIONS and rows.dtype == ms.int64 \
+            else rows.asnumpy()
+    return np.asarray(rows)
+
+
+def byte_span(tensor):
+    """(first byte, end) of a tensor's memory; (0, 0) for an empty one, which overlaps nothing."""
+    if not tensor.size:
+        return 0, 0
+    start = tensor.data_ptr()
+    return start, start + tensor.nbytes
+
+
+def spans_overlap(a, b):
+    return a[0] < b[1] and b[0] < a[1]
+
+
 def _copy_rows(cache, values, targets):
     """values' B * S token rows into the cache's rows `targets` ([B * S]) on host memory: one copy when the rows
     follow each other (a decode step, a prompt from 0), else numpy's indexed write."""
@@ -89,6 +109,11 @@ def check_rows(rows, limit, paged):
     would be lost). Eagerly, and inside a graph's check op."""
     rows = np.asarray(rows)
     if rows.size == 0:
+        return
+    if rows.size == 1:  # a decode step's one token: no numpy reductions (each costs microseconds)
+        row = int(rows.reshape(-1)[0])
+        if not 0 <= row < limit:
+            raise ValueError(outside_message(row, limit, paged))
         return
     if rows.min() < 0 or rows.max() >= limit:
         raise ValueError(outside_message(int(rows.min() if rows.min() < 0 else rows.max()), limit, paged))
@@ -156,22 +181,24 @@ class KVCacheWrite(nn.Cell):
         for name, value in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
             if not isinstance(value, ms.Tensor):
                 raise TypeError(f"{LAYER}.prologue: {name} must be a mindspore.Tensor, got {type(value).__name__}")
-        rows = np.asarray(rows.asnumpy() if isinstance(rows, ms.Tensor) else rows)
-        _checked_signature(tuple(k_rot.shape), tuple(v.shape), tuple(k_cache.shape), tuple(v_cache.shape),
-                           k_rot.dtype, v.dtype, k_cache.dtype, v_cache.dtype, rows.shape, rows.dtype, self.paged)
+        rows = host_rows(rows)
+        _checked_signature(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype,
+                           k_cache.dtype, v_cache.dtype, rows.shape, rows.dtype, self.paged)
         limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
         check_rows(rows, limit, self.paged)
-        for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        for cache, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
             require_contiguous(cache, name)
-            for other, other_name in ((k_rot, "k"), (v, "v")):
-                if cache.size and other.size and overlap(cache, other):
-                    raise ValueError(f"{LAYER}.prologue: {other_name} shares memory with {name}, which it writes")
-        if k_cache.size and overlap(k_cache, v_cache):
-            raise ValueError(f"{LAYER}.prologue: k_cache and v_cache share memory")
+        spans = {name: byte_span(t) for name, t in (("k", k_rot), ("v", v), ("k_cache", k_cache),
+                                                    ("v_cache", v_cache))}
+        for name, other in (("k_cache", "k"), ("k_cache", "v"), ("v_cache", "k"), ("v_cache", "v"),
+                            ("v_cache", "k_cache")):
+            if spans_overlap(spans[name], spans[other]):
+                raise ValueError(f"{LAYER}.prologue: {other} shares memory with {name}, which it writes"
+                                 if other != "k_cache" else f"{LAYER}.prologue: k_cache and v_cache share memory")
         batch, seq = k_rot.shape[:2]
         # each token's row among the cache's rows ([T] paged, [B * P] contiguous)
-        rows = rows.astype(np.int64).reshape(-1, seq)
-        targets = (rows if self.paged else rows + np.arange(batch)[:, None] * limit).reshape(-1)
+        rows = rows.astype(np.int64, copy=False).reshape(-1, seq)
+        targets = (rows if self.paged or batch == 1 else rows + np.arange(batch)[:, None] * limit).reshape(-1)
         k_rot, v = (t if t.is_contiguous() else t.contiguous() for t in (k_rot, v))
         _pynative_executor.sync()  # the ops that produce k and v have run; earlier reads of the caches too
         for cache, values in ((k_cache, k_rot), (v_cache, v)):

@@ -7,8 +7,8 @@ import os
 import numpy as np
 
 LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libms_rotary_cpu.so")
-_POSITIONS_SHAPE = ctypes.c_int64 * 3
-_SHAPE = ctypes.c_int64 * 4
+_POSITIONS_ARRAY = ctypes.c_int64 * 3
+_SHAPE_ARRAY = ctypes.c_int64 * 4
 # Every entry the package calls: the plain C entries (eager calls, status messages) and the AOT entries
 # ops.Custom loads (kernel/cpu/aot_entry.cc; by direction, backward second). A stale or foreign library lacks one.
 C_ENTRIES = ("ms_rotary_run", "ms_rotary_cos_sin_grad", "ms_rotary_run_positions", "ms_rotary_norm_positions",
@@ -48,27 +48,28 @@ class CompiledKernel:
                                f"{missing}: a stale or foreign build); {_REINSTALL}")
         self.path = path
         self._rotate = library.ms_rotary_run
-        self._rotate.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE] * 3 + [ctypes.c_char_p] * 3 + \
+        self._rotate.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE_ARRAY] * 3 + [ctypes.c_char_p] * 3 + \
             [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
         self._rotate.restype = ctypes.c_int
         self._cos_sin_grad = library.ms_rotary_cos_sin_grad
-        self._cos_sin_grad.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE] * 2 + [ctypes.c_char_p] * 2 + \
+        self._cos_sin_grad.argtypes = [ctypes.c_void_p] * 4 + [_SHAPE_ARRAY] * 2 + [ctypes.c_char_p] * 2 + \
             [ctypes.c_int64] * 3 + [ctypes.c_int]
         self._cos_sin_grad.restype = ctypes.c_int
         self._run_positions = library.ms_rotary_run_positions
-        self._run_positions.argtypes = [ctypes.c_void_p] * 7 + [_POSITIONS_SHAPE, ctypes.c_void_p] + \
-            [ctypes.c_int64] * 2 + [_SHAPE] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 2
+        self._run_positions.argtypes = [ctypes.c_void_p] * 7 + [_POSITIONS_ARRAY, ctypes.c_void_p] + \
+            [ctypes.c_int64] * 2 + [_SHAPE_ARRAY] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + \
+            [ctypes.c_int] * 2
         self._run_positions.restype = ctypes.c_int
         # (positions, positions_shape, lane_channels, batch axis, seq axis): a cache read's arguments
-        cache_read = [ctypes.c_void_p, _POSITIONS_SHAPE, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        cache_read = [ctypes.c_void_p, _POSITIONS_ARRAY, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         self._norm_positions = library.ms_rotary_norm_positions
         self._norm_positions.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_char_p] * 2 + [ctypes.c_float] * 2 + \
-            [ctypes.c_void_p] * 2 + cache_read + [_SHAPE] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + \
+            [ctypes.c_void_p] * 2 + cache_read + [_SHAPE_ARRAY] * 3 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + \
             [ctypes.c_int]
         self._norm_positions.restype = ctypes.c_int
         self._norm_positions_grad = library.ms_rotary_norm_positions_grad
         self._norm_positions_grad.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_char_p, ctypes.c_float, ctypes.c_float] \
-            + [ctypes.c_void_p] * 2 + cache_read + [_SHAPE] * 2 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + \
+            + [ctypes.c_void_p] * 2 + cache_read + [_SHAPE_ARRAY] * 2 + [ctypes.c_char_p] * 2 + [ctypes.c_int64] * 3 + \
             [ctypes.c_int]
         self._norm_positions_grad.restype = ctypes.c_int
         self._status_message = library.ms_rotary_status_message
@@ -84,16 +85,16 @@ class CompiledKernel:
                start, end, conjugate, num_threads=0):
         """dy's lanes [start, end) rotated (conjugate: the backward) into dy itself (out=None) or into `out`,
         which also receives dy's other lanes. num_threads 0: automatic or $MS_ROTARY_NUM_THREADS."""
-        return self._rotate(dy, out, cos, sin, _SHAPE(*dy_shape), _SHAPE(*cos_shape), _SHAPE(*sin_shape),
-                            dy_dtype.encode(), cos_dtype.encode(), sin_dtype.encode(), rotary_mode, start, end,
+        return self._rotate(dy, out, cos, sin, _c_shape(dy_shape), _c_shape(cos_shape), _c_shape(sin_shape),
+                            _c_name(dy_dtype), _c_name(cos_dtype), _c_name(sin_dtype), rotary_mode, start, end,
                             int(conjugate), num_threads)
 
     def cos_sin_grad(self, y_side, x_side, dcos, dsin, dy_shape, cos_shape, dy_dtype, cos_dtype, rotary_mode, start,
                      end, num_threads=0):
         """dcos, dsin (cos-shaped, cos's dtype) of the rotation, summed over cos's broadcast axes; y_side is
         in y's lane layout, x_side in x's (kernel/cpu/rotary_kernel.h: run_cos_sin_grad)."""
-        return self._cos_sin_grad(y_side, x_side, dcos, dsin, _SHAPE(*dy_shape), _SHAPE(*cos_shape),
-                                  dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
+        return self._cos_sin_grad(y_side, x_side, dcos, dsin, _c_shape(dy_shape), _c_shape(cos_shape),
+                                  _c_name(dy_dtype), _c_name(cos_dtype), rotary_mode, start, end, num_threads)
 
 
     def rotate_by_positions(self, q, q_out, k, k_out, cos, sin, positions, positions_shape, lane_channels, axes,
@@ -102,9 +103,9 @@ class CompiledKernel:
         """q (and k, unless None) rotated by the cache rows [1, P, 1, L] that positions (int64 [channels, batch,
         S]) pick; lane_channels (int64 [L], M-RoPE) or None; axes: q's (B axis, S axis). Out pointers None: in
         place. Both tensors are checked before either is written (kernel/cpu/rotary_kernel.h, Positions)."""
-        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _POSITIONS_SHAPE(*positions_shape),
-                                   lane_channels, *axes, _SHAPE(*q_shape), _SHAPE(*(k_shape or q_shape)),
-                                   _SHAPE(*cache_shape), dy_dtype.encode(), cos_dtype.encode(), rotary_mode, start,
+        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _c_positions_shape(positions_shape),
+                                   lane_channels, *axes, _c_shape(q_shape), _c_shape(k_shape or q_shape),
+                                   _c_shape(cache_shape), _c_name(dy_dtype), _c_name(cos_dtype), rotary_mode, start,
                                    end, int(conjugate), num_threads)
 
 
@@ -114,21 +115,41 @@ class CompiledKernel:
         """q (and k, unless None) each normalised over its head with its own weight ([D], weight_dtypes one
         name each; gain offset + weight, eps inside the root) and rotated by the cache rows positions pick, as
         rotate_by_positions (kernel/cpu/rotary_kernel.h, HeadNorm)."""
-        weight_dtypes = [name.encode() for name in weight_dtypes] + [None]
+        weight_dtypes = [_c_name(name) for name in weight_dtypes] + [None]
         return self._norm_positions(q, q_out, k, k_out, q_weight, k_weight, *weight_dtypes[:2], eps, offset, cos,
-                                    sin, positions, _POSITIONS_SHAPE(*positions_shape), lane_channels, *axes,
-                                    _SHAPE(*q_shape), _SHAPE(*(k_shape or q_shape)), _SHAPE(*cache_shape),
-                                    dtype.encode(), cos_dtype.encode(), rotary_mode, start, end, num_threads)
+                                    sin, positions, _c_positions_shape(positions_shape), lane_channels, *axes,
+                                    _c_shape(q_shape), _c_shape(k_shape or q_shape), _c_shape(cache_shape),
+                                    _c_name(dtype), _c_name(cos_dtype), rotary_mode, start, end, num_threads)
 
     def norm_by_positions_grad(self, dy, x, dx, weight, weight_grad, weight_dtype, eps, offset, cos, sin, positions,
                                positions_shape, lane_channels, axes, shape, cache_shape, dtype, cos_dtype,
                                rotary_mode, start, end, num_threads=0):
         """The backward of norm_by_positions for one tensor: dx (None: not wanted) and the weight's gradient
         (fp32 [D], None: not wanted) from dy, the output's gradient, and x, the forward's input."""
-        return self._norm_positions_grad(dy, x, dx, weight, weight_grad, weight_dtype.encode(), eps, offset, cos, sin,
-                                         positions, _POSITIONS_SHAPE(*positions_shape), lane_channels, *axes,
-                                         _SHAPE(*shape), _SHAPE(*cache_shape), dtype.encode(), cos_dtype.encode(),
+        return self._norm_positions_grad(dy, x, dx, weight, weight_grad, _c_name(weight_dtype), eps, offset, cos, sin,
+                                         positions, _c_positions_shape(positions_shape), lane_channels, *axes,
+                                         _c_shape(shape), _c_shape(cache_shape), _c_name(dtype), _c_name(cos_dtype),
                                          rotary_mode, start, end, num_threads)
+
+
+# A decode step calls the kernel with the same shapes and dtype names each time: their C forms are made once
+# (the kernel only reads them).
+def _c_shape(shape):
+    return _c_array(_SHAPE_ARRAY, tuple(shape))
+
+
+def _c_positions_shape(shape):
+    return _c_array(_POSITIONS_ARRAY, tuple(shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _c_array(kind, values):
+    return kind(*values)
+
+
+@functools.lru_cache(maxsize=None)
+def _c_name(name):
+    return None if name is None else name.encode()
 
 
 @functools.lru_cache(maxsize=None)

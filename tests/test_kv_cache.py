@@ -164,6 +164,28 @@ def test_a_row_outside_the_cache_or_named_twice_is_refused_by_name_and_nothing_i
     assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
 
 
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+@pytest.mark.parametrize("where", ["KV cache", "paged KV cache", "cos/sin cache"])
+def test_a_decode_steps_one_row_outside_a_cache_is_refused_by_name_and_nothing_is_written(where, exec_mode):
+    """One token (B = S = 1): its row, read and checked as a decode step's few, outside the KV cache, the
+    paged cache's slots or the cos/sin cache."""
+    paged = where == "paged KV cache"
+    layer = RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=4 * P) if where == "KV cache" else \
+        _layer("aot", False)
+    rng = np.random.default_rng(5)
+    q, k, v = (ms.Tensor(rng.uniform(-2, 2, (1, 1, n, D)).astype(np.float32)) for n in (NQ, NK, NK))
+    k_cache, v_cache = (c[:1] for c in _caches(False)) if not paged else _caches(True)
+    k_cache, v_cache = ms.Tensor(k_cache.asnumpy()), ms.Tensor(v_cache.asnumpy())
+    position, slot, match = {"KV cache": (P, 0, rf"positions value {P} is outside the KV cache"),
+                             "paged KV cache": (3, 2 * P, rf"slots value {2 * P} is outside the KV cache"),
+                             "cos/sin cache": (P, 0, rf"position {P} is outside the cos/sin cache")}[where]
+    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
+    with pytest.raises((ValueError, RuntimeError), match=match):
+        _run(exec_mode, _User(layer, paged, False), q, k, v, ms.Tensor(np.array([[position]])), k_cache, v_cache,
+             ms.Tensor(np.array([[slot]])), None, None).asnumpy()
+    assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
+
+
 def test_positions_shared_by_batch_rows_are_no_conflict():
     """Contiguous caches: batch rows at the same positions write rows of their own batch."""
     layer = _layer("aot", False)

@@ -27,6 +27,7 @@ from mindspore.ops import signature as sig
 
 from .. import numpy_kernel, routes
 from ..constraints import (
+    FEW_POSITIONS,
     check_cache_read,
     check_cache_read_call,
     check_dtypes,
@@ -230,7 +231,11 @@ def tensor_positions(call, inputs):
 def host_positions(positions, channels):
     """A cache read's positions (the kernels' form, a numpy array or a tensor) as a C-contiguous numpy int64
     [channels, 1|B, S] on the host."""
-    array = positions.asnumpy() if isinstance(positions, ms.Tensor) else positions
+    if isinstance(positions, ms.Tensor):  # a decode step's few: tolist syncs and reads them 4x faster than asnumpy
+        few = positions.size <= FEW_POSITIONS and positions.dtype == ms.int64
+        array = np.array(positions.tolist(), np.int64) if few else positions.asnumpy()
+    else:
+        array = positions
     return np.ascontiguousarray(array, np.int64).reshape(positions_3d(array.shape, channels))
 
 
