@@ -18,7 +18,7 @@ from .call import LAYOUT_AXES, CacheRead, HeadNorm, RotaryCall
 from .constraints import FLOAT_DTYPES, LAYER, MAX_HEAD_DIM, kernel_positions, normalize_mode
 from .functions import head_normalised, rotary
 from .head_norms import head_norm_from_config
-from .kv_cache import KVCacheWrite
+from .kv_cache import KVCacheWrite, Prologue
 from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
 from .modes import lane_pairs
 from .rope_config import RopeConfig, config_fields
@@ -207,6 +207,9 @@ class RotaryEmbedding(nn.Cell):
             self.norm_q, self.norm_qk = (
                 (ComposedNorm if self.backend == "ascend" else rotary)(replace(c, norm=self.head_norm), self.backend,
                                                                        "RotaryEmbedding") for c in (call, with_k))
+        rotation = self.rotate_qk if self.head_norm is None else self.norm_qk
+        self.prologue_contiguous, self.prologue_paged = (Prologue(rotation, write, self.head_norm is not None)
+                                                         for write in (self.write_contiguous, self.write_paged))
 
     @classmethod
     def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
@@ -280,6 +283,10 @@ class RotaryEmbedding(nn.Cell):
                              f"cache rows as slots")
         _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
         positions = self._tensor_positions(positions)
+        if self.rows is None and self.query_scale is None:  # one call shape: kv_cache.Prologue
+            prologue = self.prologue_contiguous if slots is None else self.prologue_paged
+            return prologue(q, k, v, positions, positions if slots is None else slots, k_cache, v_cache,
+                            self.cos_cache, self.sin_cache, q_norm_weight, k_norm_weight)
         q_rot, k_rot = self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
         if slots is None:
             return self.write_contiguous(q_rot, k_rot, v, positions, k_cache, v_cache)

@@ -18,10 +18,18 @@ from mindspore.graph.api import _pynative_executor
 from mindspore.ops import functional as F
 
 from . import routes
-from .constraints import FEW_POSITIONS, LAYER, POSITION_DTYPES, dtype_name, element_dtype, require_contiguous
+from .constraints import (
+    FEW_POSITIONS,
+    LAYER,
+    POSITION_DTYPES,
+    check_eager_inputs,
+    dtype_name,
+    element_dtype,
+    require_contiguous,
+)
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
 from .routes import Route
-from .targets.base import host_array
+from .targets.base import DTYPE_NAMES, HOST_DTYPES, host_array, host_positions, tensor_sharing
 
 NOT_DIFFERENTIABLE = (f"{LAYER}.prologue writes the KV caches for inference and has no gradient; call the layer "
                       f"itself (rope(q, k, positions, ...)) where gradients are needed")
@@ -82,6 +90,13 @@ def byte_span(tensor):
 
 def spans_overlap(a, b):
     return a[0] < b[1] and b[0] < a[1]
+
+
+def _copy_host_rows(cache, values, targets):
+    """values (a numpy array, [B, S, Nk, D]) into the cache's rows `targets`."""
+    if targets.size:
+        row_bytes = values.nbytes // targets.size
+        host_array(cache).view(np.uint8).reshape(-1, row_bytes)[targets] = values.view(np.uint8).reshape(-1, row_bytes)
 
 
 def _copy_rows(cache, values, targets):
@@ -178,32 +193,37 @@ class KVCacheWrite(nn.Cell):
         return q_rot
 
     def _write_now(self, k_rot, v, rows, k_cache, v_cache):
-        for name, value in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
-            if not isinstance(value, ms.Tensor):
-                raise TypeError(f"{LAYER}.prologue: {name} must be a mindspore.Tensor, got {type(value).__name__}")
-        rows = host_rows(rows)
-        _checked_signature(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype,
-                           k_cache.dtype, v_cache.dtype, rows.shape, rows.dtype, self.paged)
-        limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
-        check_rows(rows, limit, self.paged)
-        for cache, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
-            require_contiguous(cache, name)
-        spans = {name: byte_span(t) for name, t in (("k", k_rot), ("v", v), ("k_cache", k_cache),
-                                                    ("v_cache", v_cache))}
-        for name, other in (("k_cache", "k"), ("k_cache", "v"), ("v_cache", "k"), ("v_cache", "v"),
-                            ("v_cache", "k_cache")):
-            if spans_overlap(spans[name], spans[other]):
-                raise ValueError(f"{LAYER}.prologue: {other} shares memory with {name}, which it writes"
-                                 if other != "k_cache" else f"{LAYER}.prologue: k_cache and v_cache share memory")
-        batch, seq = k_rot.shape[:2]
-        # each token's row among the cache's rows ([T] paged, [B * P] contiguous)
-        rows = rows.astype(np.int64, copy=False).reshape(-1, seq)
-        targets = (rows if self.paged or batch == 1 else rows + np.arange(batch)[:, None] * limit).reshape(-1)
+        targets = self.checked_targets_now(k_rot.shape, k_rot.dtype, v, rows, k_cache, v_cache, k_rot)
         k_rot, v = (t if t.is_contiguous() else t.contiguous() for t in (k_rot, v))
         _pynative_executor.sync()  # the ops that produce k and v have run; earlier reads of the caches too
         for cache, values in ((k_cache, k_rot), (v_cache, v)):
             _copy_rows(cache, values, targets)
             advance_version(cache, cache._version + 1)
+
+    def checked_targets_now(self, k_shape, k_dtype, v, rows, k_cache, v_cache, k_rot=None):
+        """The write's rules on live tensors (rows read on the host), before anything is written: each token's
+        row among the cache's rows ([B * S] of [T] paged, of [B * P] contiguous). k_rot, when it exists already,
+        must not share the caches' memory, as v must not."""
+        for name, value in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if not isinstance(value, ms.Tensor):
+                raise TypeError(f"{LAYER}.prologue: {name} must be a mindspore.Tensor, got {type(value).__name__}")
+        rows = host_rows(rows)
+        _checked_signature(k_shape, v.shape, k_cache.shape, v_cache.shape, k_dtype, v.dtype, k_cache.dtype,
+                           v_cache.dtype, rows.shape, rows.dtype, self.paged)
+        limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
+        check_rows(rows, limit, self.paged)
+        for cache, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
+            require_contiguous(cache, name)
+        spans = {name: byte_span(t) for name, t in (("k", k_rot), ("v", v), ("k_cache", k_cache),
+                                                    ("v_cache", v_cache)) if t is not None}
+        for name, other in (("k_cache", "k"), ("k_cache", "v"), ("v_cache", "k"), ("v_cache", "v"),
+                            ("v_cache", "k_cache")):
+            if other in spans and spans_overlap(spans[name], spans[other]):
+                raise ValueError(f"{LAYER}.prologue: {other} shares memory with {name}, which it writes"
+                                 if other != "k_cache" else f"{LAYER}.prologue: k_cache and v_cache share memory")
+        batch, seq = k_shape[:2]
+        rows = rows.astype(np.int64, copy=False).reshape(-1, seq)
+        return (rows if self.paged or batch == 1 else rows + np.arange(batch)[:, None] * limit).reshape(-1)
 
     def construct(self, q_rot, k_rot, v, rows, k_cache, v_cache):
         if F.isconstant(k_cache):
@@ -234,3 +254,59 @@ class KVCacheWrite(nn.Cell):
 
     def bprop(self, q_rot, k_rot, v, rows, k_cache, v_cache, out, dout):
         raise ValueError(NOT_DIFFERENTIABLE)
+
+
+class Prologue(nn.Cell):
+    """prologue(q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight) -> q_rot: `rotation`
+    (the layer's call on q and k, with a head norm when `norm`) and `write` (a KVCacheWrite) as one call.
+    Traced, recording or on a device: the rotation's call, then the write's. Eagerly on the host: both calls'
+    rules checked before anything is written, then one kernel pass reads q and k once and writes q's result and
+    k's rotated rows, straight into the KV cache where the tokens' rows follow each other there (a decode step,
+    a prompt), and v's rows are copied."""
+
+    def __init__(self, rotation, write, norm):
+        super().__init__()
+        self.rotation, self.write, self.norm = rotation, write, bool(norm)
+        kernel = getattr(rotation, "kernel", None)
+        self.one_pass = write.on_host and getattr(kernel, "on_host", False) and not rotation.call.in_place
+
+    def __call__(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight=None, k_weight=None):
+        if self.one_pass and routes.current() is Route.EAGER:
+            return self._one_pass_now(q, k, v, positions, rows, k_cache, v_cache, cos, sin,
+                                      (q_weight, k_weight) if self.norm else ())
+        return super().__call__(q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight)
+
+    def construct(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight):
+        if self.norm:
+            q_rot, k_rot = self.rotation(q, k, cos, sin, positions, q_weight, k_weight)
+        else:
+            q_rot, k_rot = self.rotation(q, k, cos, sin, positions)
+        return self.write(q_rot, k_rot, v, rows, k_cache, v_cache)
+
+    def _one_pass_now(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, weights):
+        kernel = self.rotation.kernel
+        check_eager_inputs((q, k), ("q", "k"), cos, sin, in_place=False)
+        positions = host_positions(positions, kernel.call.cache.channels)
+        (q, k), weights = kernel.checked_cache_read_now((q, k), cos, sin, positions, weights)
+        targets = self.write.checked_targets_now(k.shape, k.dtype, v, rows, k_cache, v_cache)
+        dtype = HOST_DTYPES[DTYPE_NAMES[element_dtype(q.dtype)]]
+        q_out = np.empty(tuple(q.shape), dtype)
+        count = targets.size
+        # k's rows straight into the cache where they follow each other, unless what the kernel reads shares the
+        # cache's memory (it would read rows it has written)
+        cache_span = byte_span(k_cache)
+        direct = count and targets[-1] - targets[0] == count - 1 and (count == 1 or (np.diff(targets) == 1).all()) \
+            and not any(spans_overlap(byte_span(t), cache_span) for t in (q, k, *weights))
+        if direct:
+            k_out = host_array(k_cache).reshape(-1, *k.shape[2:])[targets[0]:targets[0] + count].reshape(k.shape)
+        else:
+            k_out = np.empty(tuple(k.shape), dtype)
+        v = v if v.is_contiguous() else v.contiguous()
+        _pynative_executor.sync()  # the ops that produce q, k and v have run; earlier reads of the caches too
+        kernel.rotate_at_now((q, k), (q_out, k_out), cos.contiguous(), sin.contiguous(), positions, *weights)
+        if not direct:
+            _copy_host_rows(k_cache, k_out, targets)
+        _copy_rows(v_cache, v, targets)
+        for cache in (k_cache, v_cache):
+            advance_version(cache, cache._version + 1)
+        return tensor_sharing(q_out, DTYPE_NAMES[element_dtype(q.dtype)])

@@ -107,13 +107,15 @@ def test_a_decode_loop_over_the_caches_equals_the_full_sequence_and_paged_equals
     assert np.array_equal(paged[1].asnumpy()[SLOTS], contiguous[1].asnumpy()[rows])
 
 
-@pytest.mark.parametrize("dtype", [ms.float32, ms.bfloat16], ids=["float32", "bfloat16"])
-def test_each_eager_write_path_writes_its_rows_and_nothing_else(dtype):
-    """Eagerly, rows that follow each other (a decode step, a prompt) go in one copy, others by index: each
-    writes k's rotated rows and v's rows where they belong and nothing else, bit for bit."""
-    layer = _layer("aot", False)
-    for paged, rows in ((False, [[9]]), (False, [[4, 5, 6]]), (False, [[7, 3, 8]]), (True, [[20]]),
-                        (True, [[11, 12, 13, 14]]), (True, [[30, 2]])):
+@pytest.mark.parametrize("dtype,backend", cycled_cases([["float32", "bfloat16"]], [BACKENDS]))
+def test_each_eager_write_path_writes_its_rows_and_nothing_else(dtype, backend):
+    """Eagerly, rows that follow each other (a decode step, a prompt) are written by the kernel itself (k) and
+    in one copy (v), others by index: each writes k's rotated rows and v's rows where they belong and nothing
+    else, bit for bit (rows that fill a span out of order, [5, 7, 6, 8], go by index)."""
+    dtype = {"float32": ms.float32, "bfloat16": ms.bfloat16}[dtype]
+    layer = _layer(backend, False)
+    for paged, rows in ((False, [[9]]), (False, [[4, 5, 6]]), (False, [[7, 3, 8]]), (False, [[5, 7, 6, 8]]),
+                        (True, [[20]]), (True, [[11, 12, 13, 14]]), (True, [[30, 2]]), (True, [[12, 14, 13, 15]])):
         q, k, v, _, _ = _inputs(seed=len(rows[0]), dtype=dtype, seq=len(rows[0]))
         q, k, v = q[:1], k[:1], v[:1]
         k_cache, v_cache = _caches(paged, dtype)
@@ -184,6 +186,23 @@ def test_a_decode_steps_one_row_outside_a_cache_is_refused_by_name_and_nothing_i
         _run(exec_mode, _User(layer, paged, False), q, k, v, ms.Tensor(np.array([[position]])), k_cache, v_cache,
              ms.Tensor(np.array([[slot]])), None, None).asnumpy()
     assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_k_read_from_the_rows_it_is_written_to_rotates_as_a_copy_of_it(backend):
+    """k a view of cache rows that its rotated rows overwrite (token 1's k is row 4, where token 0's rotated k
+    goes: in one pass the kernel would read a row it has written): the result is that of a copy of k."""
+    layer = _layer(backend, True)
+    q, _, v, wq, wk = _inputs(seq=2)
+    q, v = q[:1], v[:1]
+    k_cache, v_cache = (ms.Tensor(c.asnumpy()[:1]) for c in _caches(False))
+    k = k_cache[:, 3:5]
+    k_copy = ms.Tensor(k.asnumpy())
+    positions = ms.Tensor(np.array([[4, 5]]))
+    want_q, want_k = layer(q, k_copy, positions, wq, wk)
+    q_rot = layer.prologue(q, k, v, positions, k_cache, v_cache, None, wq, wk)
+    assert np.array_equal(raw_bits(q_rot), raw_bits(want_q))
+    assert np.array_equal(raw_bits(k_cache)[:, 4:6], raw_bits(want_k))
 
 
 def test_positions_shared_by_batch_rows_are_no_conflict():

@@ -333,15 +333,7 @@ class RotaryKernel(nn.Cell):
         results are numpy buffers the new tensors share; large ones come from MindSpore's memory pool, whose pages
         are already mapped (fresh pages would cost more than the wait for the allocation)."""
         call = self.call
-        _checked_cache_read(call, tuple(tuple(t.shape) for t in tensors), tuple(cos.shape), tuple(sin.shape),
-                            positions.shape, tuple(t.dtype for t in tensors), cos.dtype, sin.dtype)
-        check_positions_range(positions, cos.shape[1], call.cache.rows_per_call)
-        weights = checked_norm_weights(call, weights, tuple(zip(tensors, call.rotated_names)) if call.in_place else ())
-        if call.in_place:
-            for tensor, name in zip(tensors, call.rotated_names):
-                require_contiguous(tensor, name)
-        else:
-            tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        tensors, weights = self.checked_cache_read_now(tensors, cos, sin, positions, weights)
         dtype_name = DTYPE_NAMES[element_dtype(tensors[0].dtype)]
         pooled = sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE
         if call.in_place or pooled:
@@ -356,6 +348,20 @@ class RotaryKernel(nn.Cell):
         if not (call.in_place or pooled):
             outs = [tensor_sharing(out, dtype_name) for out in outs]
         return outs[0] if self.count == 1 else tuple(outs)
+
+    def checked_cache_read_now(self, tensors, cos, sin, positions, weights=()):
+        """A cache read's rules on live tensors (positions on the host), before anything is written: (the rotated
+        tensors, contiguous where the call is out of place; the head norm's weights, checked and contiguous)."""
+        call = self.call
+        _checked_cache_read(call, tuple(tuple(t.shape) for t in tensors), tuple(cos.shape), tuple(sin.shape),
+                            positions.shape, tuple(t.dtype for t in tensors), cos.dtype, sin.dtype)
+        check_positions_range(positions, cos.shape[1], call.cache.rows_per_call)
+        weights = checked_norm_weights(call, weights, tuple(zip(tensors, call.rotated_names)) if call.in_place else ())
+        if call.in_place:
+            for tensor, name in zip(tensors, call.rotated_names):
+                require_contiguous(tensor, name)
+            return tensors, weights
+        return [t if t.is_contiguous() else t.contiguous() for t in tensors], weights
 
     def norm_grads_now(self, dy, x, cos, sin, positions, weight):
         """The backward of a head norm's call for one tensor x (its forward input) from dy, its output's
