@@ -12,7 +12,8 @@ two cores are easily saturated):
   30, or 10 against the slow composed norm.
 - decode: q [1, 1, 32, 128], k [1, 1, 8, 128] at position 4000, a new positions tensor each step as a decode
   loop makes it: the same three against one built-in `add` on q, and RotaryEmbedding.prologue (the norm, the
-  rotation, and k's and v's rows written into a [1, 8192, 8, 128] KV cache, one call).
+  rotation, and k's and v's rows written into a [1, 8192, 8, 128] KV cache, one call), also at prefill, and
+  against the same prologue as two calls (the layer's, then the write's: what its one pass replaced).
 - decode step (`--decode-step`): one Qwen3-like block (32 q heads, 8 kv heads of 128, a 1024-position KV cache
   in Parameters written with MindSpore's ScatterUpdate, attention over it, projections), the prologue fused
   against composed, GRAPH_MODE and PyNative.
@@ -56,6 +57,10 @@ def case(name, seq, calls, rows, position):
     def new_positions():  # a decode loop makes each step's positions afresh; prefill's are made once
         return ms.Tensor(np.arange(position, position + seq)) if seq == 1 else positions
 
+    def two_calls(positions):
+        return fused.prologue_contiguous.construct(q, k, v, positions, positions, k_cache, v_cache, fused.cos_cache,
+                                                   fused.sin_cache, wq, wk)
+
     # The composed norm goes last: MindSpore's CPU ops alternating between q's and k's shapes leave its
     # PyNative runtime slower for a while after (NOTES.md, issue 37), which would tax whatever came next.
     v = ms.Tensor(rng.uniform(-1, 1, (1, seq, 8, D)).astype(np.float32))
@@ -64,6 +69,8 @@ def case(name, seq, calls, rows, position):
         "norm + rotation in one layer call": lambda: fused(q, k, new_positions(), wq, wk),
         "prologue: norm, rotation, k and v into the KV cache, one call":
             lambda: fused.prologue(q, k, v, new_positions(), k_cache, v_cache, None, wq, wk),
+        # what the one pass replaced: the layer's call into new q and k, then the write's own call
+        "prologue as two calls (the rotation's, then the write's)": lambda: two_calls(new_positions()),
         "the layer alone (no norm)": lambda: plain(q, k, new_positions()),
         "built-in add on q": lambda: q + q,
     }
@@ -99,6 +106,8 @@ def case(name, seq, calls, rows, position):
         pairs["fused / built-in add"] = ("norm + rotation in one layer call", "built-in add on q")
         pairs["prologue / built-in add"] = ("prologue: norm, rotation, k and v into the KV cache, one call",
                                             "built-in add on q")
+    pairs["prologue one pass / two calls"] = ("prologue: norm, rotation, k and v into the KV cache, one call",
+                                              "prologue as two calls (the rotation's, then the write's)")
     pairs["fused / composed"] = ("norm + rotation in one layer call", "MindSpore-op norm, then the layer")
     for label, (first, second) in pairs.items():
         rounds = 10 if label == "fused / composed" else 30

@@ -29,7 +29,7 @@ from .constraints import (
 )
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
 from .routes import Route
-from .targets.base import DTYPE_NAMES, HOST_DTYPES, host_array, host_positions, tensor_sharing
+from .targets.base import as_tensor, host_array, host_positions, new_outputs
 
 NOT_DIFFERENTIABLE = (f"{LAYER}.prologue writes the KV caches for inference and has no gradient; call the layer "
                       f"itself (rope(q, k, positions, ...)) where gradients are needed")
@@ -92,25 +92,21 @@ def spans_overlap(a, b):
     return a[0] < b[1] and b[0] < a[1]
 
 
-def _copy_host_rows(cache, values, targets):
-    """values (a numpy array, [B, S, Nk, D]) into the cache's rows `targets`."""
-    if targets.size:
-        row_bytes = values.nbytes // targets.size
-        host_array(cache).view(np.uint8).reshape(-1, row_bytes)[targets] = values.view(np.uint8).reshape(-1, row_bytes)
-
-
 def _copy_rows(cache, values, targets):
-    """values' B * S token rows into the cache's rows `targets` ([B * S]) on host memory: one copy when the rows
-    follow each other (a decode step, a prompt from 0), else numpy's indexed write."""
+    """values' B * S token rows (a tensor or a numpy buffer) into the cache's rows `targets` ([B * S]) on host
+    memory: one copy when the rows follow each other (a decode step, a prompt from 0), else numpy's indexed
+    write."""
     count = targets.size
     if count == 0:
         return
+    host = isinstance(values, np.ndarray)
     row_bytes = values.nbytes // count
     if count == 1 or (targets[-1] - targets[0] == count - 1 and (np.diff(targets) == 1).all()):
-        ctypes.memmove(cache.data_ptr() + int(targets[0]) * row_bytes, values.data_ptr(), count * row_bytes)
+        ctypes.memmove(cache.data_ptr() + int(targets[0]) * row_bytes,
+                       values.ctypes.data if host else values.data_ptr(), count * row_bytes)
     else:
         host_array(cache).view(np.uint8).reshape(-1, row_bytes)[targets] = \
-            host_array(values).view(np.uint8).reshape(count, row_bytes)
+            (values if host else host_array(values)).view(np.uint8).reshape(count, row_bytes)
 
 
 def outside_message(value, rows, paged):
@@ -289,8 +285,6 @@ class Prologue(nn.Cell):
         positions = host_positions(positions, kernel.call.cache.channels)
         (q, k), weights = kernel.checked_cache_read_now((q, k), cos, sin, positions, weights)
         targets = self.write.checked_targets_now(k.shape, k.dtype, v, rows, k_cache, v_cache)
-        dtype = HOST_DTYPES[DTYPE_NAMES[element_dtype(q.dtype)]]
-        q_out = np.empty(tuple(q.shape), dtype)
         count = targets.size
         # k's rows straight into the cache where they follow each other, unless what the kernel reads shares the
         # cache's memory (it would read rows it has written)
@@ -298,15 +292,16 @@ class Prologue(nn.Cell):
         direct = count and targets[-1] - targets[0] == count - 1 and (count == 1 or (np.diff(targets) == 1).all()) \
             and not any(spans_overlap(byte_span(t), cache_span) for t in (q, k, *weights))
         if direct:
+            q_out, = new_outputs((q,))
             k_out = host_array(k_cache).reshape(-1, *k.shape[2:])[targets[0]:targets[0] + count].reshape(k.shape)
         else:
-            k_out = np.empty(tuple(k.shape), dtype)
+            q_out, k_out = new_outputs((q, k))
         v = v if v.is_contiguous() else v.contiguous()
         _pynative_executor.sync()  # the ops that produce q, k and v have run; earlier reads of the caches too
         kernel.rotate_at_now((q, k), (q_out, k_out), cos.contiguous(), sin.contiguous(), positions, *weights)
         if not direct:
-            _copy_host_rows(k_cache, k_out, targets)
+            _copy_rows(k_cache, k_out, targets)
         _copy_rows(v_cache, v, targets)
         for cache in (k_cache, v_cache):
             advance_version(cache, cache._version + 1)
-        return tensor_sharing(q_out, DTYPE_NAMES[element_dtype(q.dtype)])
+        return as_tensor(q_out)

@@ -195,6 +195,22 @@ def host_float32(tensor):
     return numpy_kernel.to_float32(host_array(tensor), DTYPE_NAMES[element_dtype(tensor.dtype)])
 
 
+def new_outputs(tensors):
+    """Buffers for an eager call's results, shaped and typed as `tensors`: numpy buffers the new tensors will
+    share (as_tensor) while small; from MindSpore's memory pool, whose pages are already mapped, once fresh
+    pages would cost more than the pool's queued allocation (then sync before the kernel writes them)."""
+    if sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE:
+        return [mint.empty_like(t) for t in tensors]
+    return [np.empty(tuple(t.shape), HOST_DTYPES[DTYPE_NAMES[element_dtype(t.dtype)]]) for t in tensors]
+
+
+def as_tensor(out):
+    """A result of new_outputs as a tensor (a numpy buffer shared, not copied; bf16 from its uint16 bits)."""
+    if isinstance(out, ms.Tensor):
+        return out
+    return tensor_sharing(out, "bfloat16" if out.dtype == HOST_DTYPES["bfloat16"] else str(out.dtype))
+
+
 def tensor_sharing(array, dtype_name):
     """A tensor over the numpy buffer (no copy); bf16 reinterprets its uint16 bits."""
     tensor = ms.Tensor.from_numpy(array)
@@ -334,19 +350,11 @@ class RotaryKernel(nn.Cell):
         are already mapped (fresh pages would cost more than the wait for the allocation)."""
         call = self.call
         tensors, weights = self.checked_cache_read_now(tensors, cos, sin, positions, weights)
-        dtype_name = DTYPE_NAMES[element_dtype(tensors[0].dtype)]
-        pooled = sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE
-        if call.in_place or pooled:
-            outs = list(tensors) if call.in_place else [mint.empty_like(t) for t in tensors]
-            targets = outs
-        else:
-            outs = [np.empty(tuple(t.shape), HOST_DTYPES[dtype_name]) for t in tensors]
-            targets = outs
+        outs = list(tensors) if call.in_place else new_outputs(tensors)
         _pynative_executor.sync()  # the ops that produce q and k (and the pooled results) have run
-        self.rotate_at_now(tensors, None if call.in_place else targets, cos.contiguous(), sin.contiguous(), positions,
+        self.rotate_at_now(tensors, None if call.in_place else outs, cos.contiguous(), sin.contiguous(), positions,
                            *weights)
-        if not (call.in_place or pooled):
-            outs = [tensor_sharing(out, dtype_name) for out in outs]
+        outs = [as_tensor(out) for out in outs]
         return outs[0] if self.count == 1 else tuple(outs)
 
     def checked_cache_read_now(self, tensors, cos, sin, positions, weights=()):
