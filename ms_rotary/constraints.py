@@ -11,6 +11,7 @@ import numpy as np
 from .modes import MODE_NAMES
 
 MAX_HEAD_DIM = 1024
+MAX_POSITION_AXES = 4  # M-RoPE's position axes at most (HunYuan-VL: four; kernel/common kMaxPositionChannels)
 FLOAT_DTYPES = (ms.float32, ms.float16, ms.bfloat16)
 INT64_MAX = 2**63 - 1  # partial_slice values and tensor byte counts travel as int64
 _PREFIX = "ms_rotary"
@@ -181,7 +182,8 @@ def overlap(a, b):
 
 
 # --- positions: a cache read at each token's position (RotaryEmbedding) ----------------------------------
-# The forms a layer takes, by position channels a token: (shapes in words, the shape for q's B and S, what).
+# The forms a layer takes, by position channels a token: (shapes in words, the shape for q's B and S, what);
+# three or more: M-RoPE's axes, first.
 _POSITIONS_FORMS = {1: ("[S] or [B, S]", "[{b}, {s}]", ""),
                     2: ("[S, 2] or [B, S, 2]", "[{b}, {s}, 2]", " (quarter mode: token and block position)"),
                     3: ("[3, S] or [3, B, S]", "[3, {b}, {s}]", " (M-RoPE: time, height, width)")}
@@ -194,7 +196,8 @@ POSITION_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
 
 def positions_rule(channels, batch=None, seq=None):
     """The positions a layer takes, with q's B and S when known."""
-    forms, shape, what = _POSITIONS_FORMS[channels]
+    forms, shape, what = _POSITIONS_FORMS[channels] if channels in _POSITIONS_FORMS else \
+        (f"[{channels}, S] or [{channels}, B, S]", f"[{channels}, {{b}}, {{s}}]", " (M-RoPE: one row an axis)")
     return forms + (f" = {shape.format(b=batch, s=seq)}" if batch is not None else "") + what
 
 
@@ -206,9 +209,12 @@ def positions_form(shape, dtype, channels):
     if name not in POSITION_DTYPES:
         raise TypeError(f"{LAYER}: positions must hold integers ({', '.join(POSITION_DTYPES)}), got dtype {name}"
                         + ("; cast them to int64" if name == "uint64" else ""))
-    fits = {1: len(shape) in (1, 2),
-            2: len(shape) in (2, 3) and shape[-1] == 2,
-            3: len(shape) in (2, 3) and shape[0] == 3}[channels]
+    if channels == 1:
+        fits = len(shape) in (1, 2)
+    elif channels == 2:
+        fits = len(shape) in (2, 3) and shape[-1] == 2
+    else:
+        fits = len(shape) in (2, 3) and shape[0] == channels
     if not fits:
         raise ValueError(f"{LAYER}: positions of shape {shape} must be {positions_rule(channels)}")
     return channels == 2

@@ -20,23 +20,12 @@ from .functions import head_normalised, rotary
 from .head_norms import head_norm_from_config
 from .kv_cache import KVCacheWrite, Prologue
 from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
-from .modes import lane_pairs
 from .rope_config import RopeConfig, config_fields
 from .rope_scaling import NON_NEGATIVE, check_value, resolve_rope_scaling, rope_type_of
-from .tables import cache_parameters, check_partial_rotary_factor, mrope_channels
+from .tables import cache_parameters, check_partial_rotary_factor, mrope_lane_channels
 
 GROWTH_LIMIT = 1 << 20  # positions grow_cache covers at most, beyond max_position_embeddings
 _CACHE_DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
-
-
-def mrope_lane_channels(rotary_mode, rotary_dim, mrope_section, mrope_interleaved):
-    """The position channel of each cos/sin lane: the frequency of pair k sits on lanes ya[k] and yb[k]."""
-    frequency_channels = mrope_channels(mrope_section, mrope_interleaved, rotary_dim // 2)
-    lanes = np.empty(rotary_dim, np.int64)
-    _, _, ya, yb = lane_pairs(rotary_mode, rotary_dim)
-    lanes[ya] = frequency_channels
-    lanes[yb] = frequency_channels
-    return tuple(int(c) for c in lanes)
 
 
 def _is_integer(value):
@@ -104,8 +93,9 @@ class RotaryEmbedding(nn.Cell):
     attention output so). q [B, S, Nq, D] and k [B, S, Nk, D] (their own head counts: GQA, MQA; layout "SBND":
     [S, B, N, D], "BNSD": [B, N, S, D]) of one float dtype, D = head_dim; positions integer (a tensor, array or
     list) [S] or [B, S], each in [0, cache_positions). M-RoPE (an mrope_section of three frequency counts;
-    mrope_interleaved True for Qwen3-VL, "hw" for ERNIE-4.5-VL: tables.MROPE_LAYOUTS): positions [3, S] or [3, B, S]
-    (time, height, width), each lane's cos/sin read at its channel's position; quarter mode (rotary_mode 2,
+    mrope_interleaved True for Qwen3-VL, "hw" for ERNIE-4.5-VL, "lanes" for HunYuan-VL's 3 or 4 sections of lanes:
+    tables.MROPE_LAYOUTS): positions [N, S] or [N, B, S], N the section's axes (time, height, width), each lane's
+    cos/sin read at its axis's position; quarter mode (rotary_mode 2,
     ChatGLM-6B): positions [S, 2] or [B, S, 2] (token, block). The cache holds cos/sin computed in float64 and
     stored in cache_dtype: fp32 by default; a bf16 cache rounds cos/sin to 8 bits, whose angle error grows with the
     position. Set cos_cache/sin_cache.requires_grad to train them: they get the true gradient (each token's, added
@@ -152,12 +142,13 @@ class RotaryEmbedding(nn.Cell):
         if mode == 2:  # quarter: a token reads its first half at its position and its second at its block's
             lane_channels, channels = (0,) * ((end - start) // 2) + (1,) * ((end - start) // 2), 2
         elif mrope_section is not None:
-            lane_channels, channels = mrope_lane_channels(mode, end - start, mrope_section, mrope_interleaved), 3
+            lane_channels = mrope_lane_channels(mode, end - start, mrope_section, mrope_interleaved)
+            channels = len(mrope_section)
         else:
             lane_channels, channels = None, 1
         if length_dependent and channels > 1:
             raise refuse_length_dependent_with(rope_type_of(rope_scaling), "it takes one position a token, not "
-                                               "quarter mode's two or M-RoPE's three")
+                                               "quarter mode's two or M-RoPE's several")
         if length_dependent:
             check_partial_rotary_factor(rope_scaling, end - start, int(head_dim))
             self.rows = LengthDependentRows(end - start, mode, rope_theta, rope_scaling, max_position_embeddings,
@@ -332,7 +323,7 @@ class RotaryEmbedding(nn.Cell):
         norm = "" if self.head_norm is None else f", qk_norm_eps={self.head_norm.eps}"
         return (f"head_dim={self.head_dim}, partial_slice={list(self.partial_slice)}, "
                 f"rotary_mode={self.rotary_mode}, layout={self.layout}, {rows}"
-                f"{', M-RoPE' if self.channels == 3 else ''}{', inplace' if self.inplace else ''}{norm}")
+                f"{', M-RoPE' if self.channels > 2 else ''}{', inplace' if self.inplace else ''}{norm}")
 
 
 def _head_norm(eps, offset):

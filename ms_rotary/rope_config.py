@@ -34,6 +34,10 @@ _GLM_4_5V = ("glm4v_moe", "glm4v_moe_text")
 _GLM_IMAGE = ("glm_image", "glm_image_text")
 _QWEN3_OMNI = ("qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text")
 _COSMOS3_EDGE = ("cosmos3_edge", "cosmos3_edge_text")
+# HunYuan-VL's text decoder: M-RoPE over 3 or 4 axes on sections of lanes (its rotary class doubles the
+# frequencies over the head, then gives axis i the next 2 * section[i] lanes); its checkpoints' "xdrope" rope
+# is NTK-alpha. transformers cannot rotate a config without a section (its default).
+_HUNYUAN_VL = ("hunyuan_vl", "hunyuan_vl_text")
 
 # model_type: rotary mode of its attention (transformers' apply function for that family): the families
 # tools/rope_families.py found rotating as transformers does (families.py), and these, checked by hand in
@@ -50,7 +54,7 @@ FAMILY_MODES = {
     "deepseek_v4": "interleave",  # pairs on the tail of each head, rope parameters by kind ("main", "compress")
     **dict.fromkeys(_GLM_4_1V, "interleave"),
     **dict.fromkeys(_GLM_4_5V + _GLM_IMAGE, "half"),
-    **dict.fromkeys(_QWEN3_OMNI, "half"),
+    **dict.fromkeys(_QWEN3_OMNI + _HUNYUAN_VL, "half"),
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
 _TAIL_FAMILIES = ("deepseek_v4",)
@@ -68,6 +72,7 @@ FAMILY_ROPE_DEFAULTS = {
     **dict.fromkeys(_GLM_4_1V + _GLM_IMAGE, {"rope_type": "default", "rope_theta": 10000.0}),
     **dict.fromkeys(_GLM_4_5V, {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
     **dict.fromkeys(_QWEN3_OMNI, {"rope_type": "default", "rope_theta": 1000000.0}),
+    **dict.fromkeys(_HUNYUAN_VL, {"rope_type": "default", "rope_theta": 10000.0}),
 }
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rope_ratio", "rope_local_base_freq")
 # Per-layer-type thetas of other families' transformers 4 forms: not read (their config classes map them
@@ -81,7 +86,7 @@ _LOCAL_BASE_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
 _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
 # Families whose rotary class reads a "dynamic" type with a fixed alpha as NTK-alpha: the base stretched to
 # theta * alpha ** (D / (D - 2)) for every length (transformers' ntk_alpha; the type's other keys unused).
-_NTK_ALPHA_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
+_NTK_ALPHA_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe") + _HUNYUAN_VL
 # M-RoPE families: (section transformers 5.25 uses when the config gives none, interleaved sections?), each
 # model type whose text decoder's rotary class recomposes its frequencies from three position axes.
 MROPE_FAMILIES = {
@@ -92,18 +97,20 @@ MROPE_FAMILIES = {
                     ((11, 11, 10), True)),
     **dict.fromkeys(_GLM_4_1V + _GLM_4_5V + _GLM_IMAGE + ("glm_ocr", "glm_ocr_text"), ((8, 12, 12), False)),
     **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, ((24, 20, 20), True)),
-    **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "hw"))}
+    **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "hw")),
+    **dict.fromkeys(_HUNYUAN_VL, (None, "lanes"))}  # no default section: refused without one
 # Families whose M-RoPE puts the axes on lanes in a way no ms_rotary layout states (NeoMME: two axes, row and
 # column, on alternating frequencies; its config states no section): with the same position on every axis
 # (text) they rotate as the table's layout, so they stay in it; a configured section is refused.
 _MROPE_UNSUPPORTED = ("neomme",)
-_MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+_MROPE_KEYS = ("mrope_section", "mrope_interleaved", "xdrope_section")  # HunYuan-VL's older name of the section
 # A family's own names for the fields read here (its transformers config class's attribute_map, which a
 # config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary
 # class reads num_attention_heads, which maps there).
 _FIELD_ALIASES = {
     "dbrx": {"hidden_size": "d_model", "num_attention_heads": "n_heads", "max_position_embeddings": "max_seq_len"},
     "moonshine": {"num_attention_heads": "decoder_num_attention_heads"},
+    **dict.fromkeys(_HUNYUAN_VL, {"head_dim": "attention_head_dim"}),
 }
 # Families whose attention heads are 2 * hidden_size / num_attention_heads wide (Zamba2's shared attention reads
 # the concatenated [hidden, embedding]; its config class computes attention_head_dim so, whatever is given).
@@ -127,7 +134,7 @@ class RopeConfig:
     rope_theta: float
     rope_scaling: Optional[dict]        # for rope_cos_sin (rope_type and its keys), None for plain RoPE
     max_position_embeddings: Optional[int]
-    mrope_section: Optional[Tuple[int, int, int]] = None  # M-RoPE: positions are [3, S] (time, height, width)
+    mrope_section: Optional[Tuple[int, ...]] = None  # M-RoPE: positions are [axes, S] (time, height, width)
     mrope_interleaved: Union[bool, str] = False  # the axes' layout: tables.MROPE_LAYOUTS
     # Llama-4's attention temperature (Ministral-3, Mistral-4): q after the rotation times query_scale(positions)
     llama_4_scaling_beta: Optional[float] = None
@@ -206,6 +213,8 @@ class RopeConfig:
                                  f"original_max_position_embeddings, which this config's rope_type "
                                  f"{rope_type_of(scaling)!r} does not give")
         theta = check_value("rope_theta", theta, POSITIVE)
+        if model_type in _HUNYUAN_VL and rope_type_of(scaling) == "xdrope":  # as its config class renames it
+            scaling = {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": "dynamic"}
         if model_type in _NTK_ALPHA_FAMILIES and rope_type_of(scaling) == "dynamic" and scaling.get("alpha"):
             theta, scaling = _ntk_alpha_theta(theta, scaling["alpha"], head_dim), {"rope_type": "default"}
         if rope_type_of(scaling) == "default" and len(scaling) <= 1:
@@ -310,6 +319,11 @@ def _nested(parameters):
 def _mrope(fields, model_type, parameters):
     """(mrope_section or None, interleaved) from the config, else the family's transformers default."""
     section = _first(parameters, "mrope_section") or _first(fields, "mrope_section")
+    older = _first(parameters, "xdrope_section") or _first(fields, "xdrope_section")
+    if older is not None and section is not None and list(older) != list(section):
+        raise ValueError(f"{_PREFIX}: xdrope_section={older!r} and mrope_section={section!r} (its newer name) "
+                         f"differ: give one")
+    section = section if section is not None else older
     if section is not None and model_type in _MROPE_UNSUPPORTED:
         raise ValueError(f"{_PREFIX}: model_type={model_type!r}: its M-RoPE (mrope_section={section!r}) puts the "
                          f"position axes on lanes in a layout ms_rotary does not have; for text positions (the "
@@ -317,13 +331,16 @@ def _mrope(fields, model_type, parameters):
                          f"config without mrope_section")
     default_section, default_interleaved = MROPE_FAMILIES.get(model_type, (None, False))
     section = section if section is not None else default_section
+    if section is None and model_type in MROPE_FAMILIES:
+        raise ValueError(f"{_PREFIX}: model_type={model_type!r} without mrope_section: its rotary class needs the "
+                         f"sections of its position axes (transformers 5.25 cannot rotate such a config either)")
     if section is None:
         return None, False
     interleaved = _first(parameters, "mrope_interleaved")
     interleaved = _first(fields, "mrope_interleaved") if interleaved is None else interleaved
-    if not isinstance(section, (list, tuple)) or len(section) != 3 or \
+    if not isinstance(section, (list, tuple)) or \
             any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
-        raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
+        raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be non-negative integers, one an axis")
     if interleaved is None:
         return tuple(int(n) for n in section), default_interleaved
     interleaved = mrope_layout(interleaved)

@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 from mindspore.common.initializer import Zero, initializer
 
-from .constraints import FLOAT_DTYPES, normalize_mode
+from .constraints import FLOAT_DTYPES, MAX_POSITION_AXES, normalize_mode
 from .modes import lane_pairs
 from .numpy_kernel import from_float32
 from .rope_scaling import FRACTION, WHOLE_HEAD_TYPES, check_value, inverse_frequencies, rope_type_of
@@ -62,7 +62,9 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
         [3, B, S]. mrope_interleaved picks where each axis's frequencies sit (MROPE_LAYOUTS): False, consecutive
         sections t, h, w (Qwen2-VL); True, frequency i takes height if i % 3 == 1 and i < 3 * section[1],
         width if i % 3 == 2 and i < 3 * section[2], else time (Qwen3-VL); "hw", height on the even and width
-        on the odd frequencies below 2 * section[1] (so section[0] == section[1]), time above (ERNIE-4.5-VL).
+        on the odd frequencies below 2 * section[1] (so section[0] == section[1]), time above (ERNIE-4.5-VL);
+        "lanes", N = 3 or 4 axes, lanes [0, 2 * section[0]) turned by the first, the next
+        2 * section[1] by the second, ... (HunYuan-VL); positions then [N, S] or [N, B, S].
     rope_theta, rope_scaling, max_position_embeddings: as in a Hugging Face config (`rope_scaling` or transformers
         5's `rope_parameters`, whose rope_theta wins when present); rope_type default, linear, dynamic, yarn,
         llama3, longrope or proportional, with transformers 5's keys and defaults. The attention factor (yarn,
@@ -84,12 +86,12 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{_PREFIX}: dtype={dtype} must be one of {[str(t) for t in FLOAT_DTYPES]}")
     check_partial_rotary_factor(rope_scaling, rotary_dim, head_dim)
-    channels = None
+    lane_channels = None
     if mrope_section is not None:
         if quarter:
             raise ValueError(f"{_PREFIX}: mrope_section does not combine with quarter mode")
-        channels = mrope_channels(mrope_section, mrope_interleaved, rotary_dim // 2)
-        positions = _mrope_positions(positions)
+        lane_channels = np.array(mrope_lane_channels(mode, rotary_dim, mrope_section, mrope_interleaved))
+        positions = _mrope_positions(positions, len(mrope_section))
     else:
         positions = _positions(positions, quarter)
     if seq_len is None:
@@ -100,12 +102,14 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
     inv_freq, attention_factor = inverse_frequencies(frequency_dim, rope_theta, rope_scaling,
                                                      max_position_embeddings, seq_len)
     if quarter:  # pairs [0, d/4) turn with the token position, [d/4, d/2) with the block position
-        angles = np.concatenate([positions[..., 0, None] * inv_freq, positions[..., 1, None] * inv_freq], -1)
-    elif channels is not None:  # frequency i turns with position channel channels[i]
-        angles = np.take_along_axis(positions[..., None] * inv_freq, channels.reshape(1, 1, 1, -1), 0)[0]
+        angles = on_lanes(np.concatenate([positions[..., 0, None] * inv_freq, positions[..., 1, None] * inv_freq],
+                                         -1), mode, rotary_dim)
+    elif lane_channels is not None:  # lane l turns with position axis lane_channels[l]
+        per_axis = on_lanes(positions[..., None] * inv_freq, mode, rotary_dim)
+        angles = np.take_along_axis(per_axis, lane_channels.reshape(1, 1, 1, -1), 0)[0]
     else:
-        angles = positions[..., None] * inv_freq
-    lanes = on_lanes(angles, mode, rotary_dim)[:, :, None, :]
+        angles = on_lanes(positions[..., None] * inv_freq, mode, rotary_dim)
+    lanes = angles[:, :, None, :]
     return tuple(_to_tensor(fn(lanes) * attention_factor, dtype) for fn in (np.cos, np.sin))
 
 
@@ -158,10 +162,11 @@ def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rop
     return tuple(caches)
 
 
-# M-RoPE layouts, by the value of mrope_interleaved: which position axis turns each frequency.
+# M-RoPE layouts, by the value of mrope_interleaved: which position axis turns each frequency (each lane).
 MROPE_LAYOUTS = {False: "consecutive sections: time, height, width (Qwen2-VL)",
                  True: "height and width every third frequency, the rest time (Qwen3-VL)",
-                 "hw": "height and width on alternate frequencies, then time (ERNIE-4.5-VL)"}
+                 "hw": "height and width on alternate frequencies, then time (ERNIE-4.5-VL)",
+                 "lanes": "sections of lanes: axis i turns the next 2 * section[i] lanes, 3 or 4 axes (HunYuan-VL)"}
 
 
 def mrope_layout(interleaved):
@@ -172,6 +177,26 @@ def mrope_layout(interleaved):
         return interleaved
     raise ValueError(f"{_PREFIX}: mrope_interleaved={interleaved!r} must be one of "
                      + "; ".join(f"{key!r}: {what}" for key, what in MROPE_LAYOUTS.items()))
+
+
+def mrope_lane_channels(rotary_mode, rotary_dim, section, interleaved):
+    """The position axis of each of the rotary_dim cos/sin lanes: a frequency's axis on both lanes of its pair
+    (mrope_channels), or with the "lanes" layout each section's lanes in turn."""
+    if mrope_layout(interleaved) == "lanes":
+        if not isinstance(section, (list, tuple)) or not 3 <= len(section) <= MAX_POSITION_AXES or \
+                any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
+            raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be 3 to {MAX_POSITION_AXES} non-negative "
+                             f"integers, one a position axis")
+        if 2 * sum(section) != rotary_dim:
+            raise ValueError(f"{_PREFIX}: mrope_section={list(section)} sums to {sum(section)}; its lanes, twice "
+                             f"that, must fill the rotary_dim = {rotary_dim} rotated lanes")
+        return tuple(int(c) for c in np.repeat(np.arange(len(section)), 2 * np.asarray(section)))
+    frequency_channels = mrope_channels(section, interleaved, rotary_dim // 2)
+    lanes = np.empty(rotary_dim, np.int64)
+    _, _, ya, yb = lane_pairs(normalize_mode(rotary_mode), rotary_dim)
+    lanes[ya] = frequency_channels
+    lanes[yb] = frequency_channels
+    return tuple(int(c) for c in lanes)
 
 
 def mrope_channels(section, interleaved, frequencies):
@@ -200,12 +225,13 @@ def mrope_channels(section, interleaved, frequencies):
     return np.repeat(np.arange(3), section)
 
 
-def _mrope_positions(positions):
-    """[3, S] or [3, B, S] integers -> float64 [3, B|1, S]."""
+def _mrope_positions(positions, axes):
+    """[axes, S] or [axes, B, S] integers -> float64 [axes, B|1, S]."""
     positions = _integer_positions(positions)
-    if positions.ndim not in (2, 3) or positions.shape[0] != 3:
-        raise ValueError(f"{_PREFIX}: M-RoPE positions of shape {positions.shape} do not fit; they are [3, S] or "
-                         f"[3, B, S] (temporal, height, width)")
+    if positions.ndim not in (2, 3) or positions.shape[0] != axes:
+        raise ValueError(f"{_PREFIX}: M-RoPE positions of shape {positions.shape} do not fit; they are "
+                         f"[{axes}, S] or [{axes}, B, S] (one row a position axis"
+                         f"{': temporal, height, width' if axes == 3 else ''})")
     positions = positions.astype(np.float64)
     return positions[:, None] if positions.ndim == 2 else positions
 

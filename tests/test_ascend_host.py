@@ -16,7 +16,7 @@ from reference import rotary_forward, rotary_grad
 
 from benchmarks.ascend_model import CHIPS, runner_input
 from ms_rotary import numpy_kernel
-from ms_rotary.embedding import mrope_lane_channels
+from ms_rotary.tables import mrope_lane_channels
 from ms_rotary.targets.ascend import DTYPE_IDS, lane_masks
 
 UB_BYTES = 192 * 1024

@@ -134,8 +134,9 @@ def test_second_order_gradients_in_a_graph():
 
 # M-RoPE: 16 frequencies in the slice of 32; time, height and width positions that differ per token
 MROPE_SECTIONS = {"sections": ((4, 6, 6), False), "interleaved sections": ((6, 5, 5), True),
-                  "h and w alternating": ((5, 5, 6), "hw")}
-MROPE_POSITIONS = np.stack([POSITIONS, (POSITIONS * 7 + 1) % CACHE, (POSITIONS * 3 + 5) % CACHE])  # [3, B, S]
+                  "h and w alternating": ((5, 5, 6), "hw"), "sections of lanes, 4 axes": ((2, 6, 4, 4), "lanes")}
+MROPE_POSITIONS = np.stack([POSITIONS, (POSITIONS * 7 + 1) % CACHE, (POSITIONS * 3 + 5) % CACHE,
+                            (POSITIONS * 5 + 2) % CACHE])  # [4, B, S]: the first 3 for three axes
 
 
 def _check_against_tables(layer, mode, positions_forms, table_kwargs, dtype, exec_mode, seed):
@@ -170,7 +171,8 @@ def test_mrope_reads_each_lane_at_its_channels_position(sections, mode, backend,
     """[3, B, S] and [3, S] positions (time, height, width differing per token)."""
     section, interleaved = MROPE_SECTIONS[sections]
     layer = _layer(mode, backend=backend, mrope_section=section, mrope_interleaved=interleaved)
-    _check_against_tables(layer, mode, (MROPE_POSITIONS, MROPE_POSITIONS[:, 0]),
+    positions = MROPE_POSITIONS[:len(section)]
+    _check_against_tables(layer, mode, (positions, positions[:, 0]),
                           dict(mrope_section=section, mrope_interleaved=interleaved), "float32", exec_mode, mode + 20)
 
 
@@ -197,7 +199,7 @@ def test_sbnd_and_bnsd_equal_bsnd_transposed_with_gradients(mrope, layout, backe
     wq, _ = random_tensor(rng, (B, S, NQ, D), "float32")
     wk, _ = random_tensor(rng, (B, S, NK, D), "float32")
     extra = dict(mrope_section=(4, 6, 6)) if mrope else {}
-    positions = ms.Tensor(MROPE_POSITIONS if mrope else POSITIONS)
+    positions = ms.Tensor(MROPE_POSITIONS[:3] if mrope else POSITIONS)
     layers = {name: _layer(3, backend=backend, layout=name, **extra) for name in ("BSND", layout)}
     moved = {name: [ms.Tensor(_to_layout(t.float().asnumpy(), name)).astype(t.dtype) for t in (q, k, wq, wk)]
              for name in layers}
@@ -266,6 +268,10 @@ def test_bad_calls_are_refused_by_name_before_anything_is_written(call, error, m
     (dict(mrope_section=(4, 6, 5)), ValueError, r"mrope_section=\[4, 6, 5\] sums to 15"),
     (dict(mrope_section=(4, 6, 6), mrope_interleaved="hw"), ValueError, "its first two counts must be equal"),
     (dict(mrope_section=(4, 6, 6), mrope_interleaved="yes"), ValueError, r"mrope_interleaved='yes' must be one of"),
+    (dict(mrope_section=(4, 4, 4, 2, 2), mrope_interleaved="lanes"), ValueError, "must be 3 to 4 non-negative"),
+    (dict(mrope_section=(4, 4, 4, 2), mrope_interleaved="lanes"), ValueError,
+     r"sums to 14; its lanes, twice that, must fill the rotary_dim = 32"),
+    (dict(mrope_section=(4, 4, 4, 4)), ValueError, "must be three non-negative integers"),
 ])
 def test_layers_that_cannot_be_built_are_refused_by_name(kwargs, error, match):
     arguments = dict(head_dim=D, partial_slice=SLICE, rotary_mode="half", cache_positions=CACHE)
@@ -283,8 +289,9 @@ def ascend_device(monkeypatch):
 
 @pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kwargs", [{}, dict(mrope_section=(4, 6, 6)),
-                                    dict(mrope_section=(6, 5, 5), mrope_interleaved=True), dict(rotary_mode="quarter")],
-                         ids=["one channel", "M-RoPE", "interleaved", "quarter"])
+                                    dict(mrope_section=(6, 5, 5), mrope_interleaved=True), dict(rotary_mode="quarter"),
+                                    dict(mrope_section=(2, 6, 4, 4), mrope_interleaved="lanes")],
+                         ids=["one channel", "M-RoPE", "interleaved", "quarter", "4 axes"])
 def test_on_ascend_the_layer_uses_the_gathering_ops_with_lane_masks(ascend_device, kwargs, cache_dtype):
     """The ops kernel/ascend defines, and the lane masks that tell the kernel which position channel gives each
     cos/sin lane: the bits of exactly that lane's channel set (2 words a lane for an fp32 cache)."""
@@ -368,10 +375,10 @@ def test_from_config_rotates_mrope_q_and_k_as_transformers_does(family):
     """Qwen2-VL and Qwen3-VL: the layer from the config, [3, B, S] positions that differ per channel, against
     transformers' own rotary class and apply function."""
     torch = pytest.importorskip("torch")
-    config, config_json, module, rotary_class, _ = mrope_family(family, kv_heads=1)
+    config, config_json, module, rotary_class, section = mrope_family(family, kv_heads=1)
     layer = RotaryEmbedding.from_config(config_json, cache_positions=3000)
     rng = np.random.default_rng(29)
-    positions = rng.integers(0, 3000, (3, 1, 9))
+    positions = rng.integers(0, 3000, (len(section), 1, 9))
     q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
     k = rng.uniform(-1, 1, (1, 9, 1, 32)).astype(np.float32)
     cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))

@@ -12,8 +12,8 @@ from ms_rotary.rope_config import FAMILY_MODES
 from tools import rope_families
 
 # transformers 5.25 model types with a rotary class and apply_rotary_pos_emb that the table does not hold:
-# vision/audio encoders and tokenizers (not a text decoder's q/k: 2-D or axial positions), HunYuan-VL (M-RoPE
-# over a variable number of axes, rope type ntk_alpha) and MiniMax-M3-VL (its rotary class and its config's
+# vision/audio encoders and tokenizers (not a text decoder's q/k: 2-D or axial positions), MiniMax-M3-VL (its
+# rotary class and its config's
 # rotary_dim disagree), BLT and PI0.5 (wrappers: their inner configs' families are in the table, and the whole
 # model's config is refused naming them), and modules whose default config transformers itself cannot rotate
 # (Cohere-Compass, Moshi's depth decoder, ...). A model type in neither list fails
@@ -26,7 +26,7 @@ NOT_IN_THE_TABLE = frozenset((
     'esmfold2', 'gemma3n_audio', 'gemma3n_vision', 'gemma4_audio', 'gemma4_unified_audio', 'gemma4_unified_vision',
     'gemma4_vision', 'glm4v_moe_vision',
     'glm4v_vision', 'glm_image_vision', 'glm_image_vqmodel',
-    'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl', 'hunyuan_vl_text', 'hunyuan_vl_vision',
+    'glm_ocr_vision', 'granite_docling_vision', 'hunyuan_vl_vision',
     'idefics_perciever', 'idefics_vision', 'lasr_ctc', 'minimax_m3_vl', 'minimax_m3_vl_text',
     'minimax_m3_vl_vision', 'mllama_vision_model', 'molmo2_adapter', 'molmo2_vision',
     'moonshine_streaming_encoder', 'moshi_depth', 'muse_glimmer_vision', 'muse_spark_audio',

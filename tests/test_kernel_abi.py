@@ -221,7 +221,9 @@ POSITION_CALLS = {  # name: (positions, [channels, batch, S] passed, lane channe
     "M-RoPE without lane channels": (np.zeros((3, 1, 3), np.int64), (3, 1, 3), None, (0, 1), 15),
     "M-RoPE lane channel 3": (np.zeros((3, 1, 3), np.int64), (3, 1, 3), np.array([3] + [0] * 7), (0, 1), 15),
     "two channels (quarter)": (np.arange(6).reshape(2, 1, 3), (2, 1, 3), np.array([0] * 4 + [1] * 4), (0, 1), 0),
-    "four channels": (np.zeros((4, 1, 3), np.int64), (4, 1, 3), np.zeros(8, np.int64), (0, 1), 15),
+    "four channels (HunYuan-VL's axes)": (np.zeros((4, 1, 3), np.int64), (4, 1, 3), np.repeat(np.arange(4), 2), (0, 1),
+                                          0),
+    "five channels": (np.zeros((5, 1, 3), np.int64), (5, 1, 3), np.zeros(8, np.int64), (0, 1), 15),
     "one axis twice": (np.array([[0, 3, 7]]), (1, 1, 3), None, (1, 1), 15),
     "axis 3": (np.array([[0, 3, 7]]), (1, 1, 3), None, (0, 3), 15),
 }

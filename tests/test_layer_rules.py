@@ -363,7 +363,7 @@ def test_config_values_are_read_or_refused_by_name():
         model_type, hidden_size, num_attention_heads, max_position_embeddings = "llama", 64, 4, 32
 
     assert ms_rotary.RopeConfig.from_config(Config()).model_type == "llama"
-    with pytest.raises(ValueError, match=r"mrope_section=\[16.5, 24, 23.5\] must be three non-negative integers"):
+    with pytest.raises(ValueError, match=r"mrope_section=\[16.5, 24, 23.5\] must be non-negative integers"):
         ms_rotary.RopeConfig.from_config({**base, "model_type": "qwen2_vl", "hidden_size": 256,
                                           "num_attention_heads": 2,
                                           "rope_scaling": {"mrope_section": [16.5, 24, 23.5]}})

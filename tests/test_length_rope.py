@@ -132,7 +132,7 @@ def test_a_negative_position_is_refused_by_name_before_anything_is_written(backe
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(cache_positions=8192), "computes each call's cos/sin rows .* leave cache_positions=8192 out"),
-    (dict(mrope_section=(8, 12, 12)), "one position a token, not quarter mode's two or M-RoPE's three"),
+    (dict(mrope_section=(8, 12, 12)), "one position a token, not quarter mode's two or M-RoPE's several"),
 ])
 def test_options_a_length_dependent_layer_cannot_serve_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

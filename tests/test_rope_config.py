@@ -203,8 +203,8 @@ def test_an_unknown_family_with_an_explicit_mode():
     assert (rope.head_dim, rope.partial_slice, rope.rotary_mode) == (32, (0, 32), 1)
 
 
-# text config class, module, rotary class, section, interleaved sections?, more rope parameters, model_type
-# (default: the module's); head_dim 32: 16 frequencies
+# text config class, module, rotary class, section, layout (mrope_interleaved), more rope parameters,
+# model_type (default: the module's); head_dim 32: 16 frequencies
 MROPE = {
     "Qwen2-VL (sections)": ("Qwen2VLTextConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding", [4, 6, 6], False, {}, None),
     "Qwen3-VL (interleaved sections)": ("Qwen3VLTextConfig", "qwen3_vl", "Qwen3VLTextRotaryEmbedding", [6, 5, 5],
@@ -235,6 +235,12 @@ MROPE = {
     # ERNIE-4.5-VL: height and width on alternate frequencies, then time, on adjacent pairs
     "ERNIE-4.5-VL (h and w alternating, then t)": ("Ernie4_5_VLMoeTextConfig", "ernie4_5_vl_moe",
                                                    "Ernie4_5_VLMoeTextRotaryEmbedding", [6, 6, 4], "hw", {}, None),
+    # HunYuan-VL: sections of lanes, four axes (its checkpoints' xdrope: NTK-alpha) or three
+    "HunYuan-VL (sections of lanes, 4 axes, NTK-alpha)": (
+        "HunYuanVLTextConfig", "hunyuan_vl", "HunYuanVLRotaryEmbedding", [2, 6, 4, 4], "lanes",
+        {"rope_type": "xdrope", "alpha": 1000.0, "factor": 1.0}, None),
+    "HunYuan-VL's text config (3 axes)": ("HunYuanVLTextConfig", "hunyuan_vl", "HunYuanVLRotaryEmbedding", [6, 5, 5],
+                                          "lanes", {}, "hunyuan_vl_text"),
     "ERNIE-4.5-VL's text config": ("Ernie4_5_VLMoeTextConfig", "ernie4_5_vl_moe", "Ernie4_5_VLMoeTextRotaryEmbedding",
                                    [6, 6, 4], "hw", {}, "ernie4_5_vl_moe_text"),
 }
@@ -263,7 +269,7 @@ def test_mrope_tables_rotate_as_transformers_does(family):
     rope = RopeConfig.from_config(config_json)
     assert rope.mrope_section == tuple(section) and rope.mrope_interleaved == MROPE[family][4]
     rng = np.random.default_rng(7)
-    positions = rng.integers(0, 3000, (3, 1, 9))
+    positions = rng.integers(0, 3000, (len(section), 1, 9))
     cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
     q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
     expected, _ = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(q).transpose(1, 2),
@@ -283,6 +289,16 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
     bare = {"model_type": "qwen3_vl", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128}
     assert (RopeConfig.from_config(bare).mrope_section, RopeConfig.from_config(bare).mrope_interleaved) == \
         ((24, 20, 20), True)
+    # HunYuan-VL: its checkpoints' older name of the section and rope type; no default section
+    hunyuan = {**bare, "model_type": "hunyuan_vl_text", "rope_scaling": {
+        "type": "xdrope", "alpha": 1000.0, "factor": 1.0, "xdrope_section": [16, 16, 16, 16]}}
+    rope = RopeConfig.from_config(hunyuan)
+    assert (rope.mrope_section, rope.mrope_interleaved, rope.rope_scaling, rope.rope_theta) == \
+        ((16, 16, 16, 16), "lanes", None, 10000.0 * 1000.0 ** (128 / 126))
+    with pytest.raises(ValueError, match=r"xdrope_section=\[16, 16, 16, 16\] and mrope_section=\[16, 16, 32\]"):
+        RopeConfig.from_config({**hunyuan, "rope_scaling": {**hunyuan["rope_scaling"], "mrope_section": [16, 16, 32]}})
+    with pytest.raises(ValueError, match=r"model_type='hunyuan_vl_text' without mrope_section"):
+        RopeConfig.from_config({**bare, "model_type": "hunyuan_vl_text"})
     ernie = RopeConfig.from_config({**bare, "model_type": "ernie4_5_vl_moe_text"})  # its rotary class's default
     assert (ernie.rotary_mode, ernie.mrope_section, ernie.mrope_interleaved) == (1, (22, 22, 20), "hw")
     with pytest.raises(ValueError, match=r"mrope_section=\[20, 24, 20\] with mrope_interleaved='hw' alternates"):

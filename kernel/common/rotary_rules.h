@@ -197,8 +197,11 @@ inline Status check_shapes(const int64_t *dy, const int64_t *cos, const int64_t 
 // A call that gathers cos/sin rows by position (RotaryEmbedding): cos and sin are a cache [1, P, 1, L], and
 // each token of dy reads the cache row at its position. Positions are int64 [channels, batch, seq], batch 1
 // or dy's B; dy's axes batch_axis and seq_axis hold B and S (BSND 0, 1; SBND 1, 0; BNSD 0, 2). More than one
-// channel (quarter mode: token and block position; M-RoPE: time, height, width): each cos/sin lane reads the
+// channel (quarter mode: token and block position; M-RoPE: time, height, width, ...): each cos/sin lane reads the
 // row of its own channel's position.
+// Position channels a token at most: M-RoPE's axes (HunYuan-VL: four; constraints.MAX_POSITION_AXES).
+constexpr int64_t kMaxPositionChannels = 4;
+
 struct PositionsShape {
   int64_t channels = 1, batch = 1, batch_axis = 0, seq_axis = 1, seq = 0;
 };
@@ -220,7 +223,7 @@ inline Status check_positions_shape(const int64_t *dy, const int64_t *cache, con
   if (!axes_ok || (pos.batch != 1 && pos.batch != dy[pos.batch_axis]) || pos.seq != dy[pos.seq_axis]) {
     return kBadPositions;
   }
-  return pos.channels < 1 || pos.channels > 3 ? kBadPositions : kOk;
+  return pos.channels < 1 || pos.channels > kMaxPositionChannels ? kBadPositions : kOk;
 }
 
 // The index of the position a refusal names when one of `count` lies outside the cache [0, rows): the

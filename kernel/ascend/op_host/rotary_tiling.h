@@ -40,7 +40,7 @@ struct RotaryTiling {
   int64_t pitch;          // elements between rows of a block in the unified buffer: len rounded up to 16
                           // (the register path: len, its rows back to back)
   int64_t cache_rows;     // gathering: P, the rows positions pick from; 0: cos broadcast over dy
-  int64_t channels;       // position channels (gathering M-RoPE 3, quarter mode 2; else 1): each lane's cos/sin
+  int64_t channels;       // position channels (gathering M-RoPE 3-4, quarter mode 2; else 1): each lane's cos/sin
                           // comes from its channel's row (the lane_masks input says which)
   int64_t channel_stride; // positions between channels: batch * S
   int64_t tiling_key;     // mode, direction, dy dtype, cos dtype; the register path's from kRegisterPathKeys

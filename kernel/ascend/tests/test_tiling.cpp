@@ -191,7 +191,11 @@ int main() {
     EXPECT(compute_rotary_tiling(mrope, 8, ub, &t) == ms_rotary::kOk && !uses_register_path(t));
     EXPECT(t.channels == 3 && t.channel_stride == 10);
     check_cover(mrope, t, 8, ub);
-    bad = s, bad.positions.channels = 4;
+    RotaryShape four = mrope;  // HunYuan-VL's four axes: the most a token has (kMaxPositionChannels)
+    four.positions.channels = 4;
+    EXPECT(compute_rotary_tiling(four, 8, ub, &t) == ms_rotary::kOk && t.channels == 4);
+    check_cover(four, t, 8, ub);
+    bad = s, bad.positions.channels = 5;
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
     bad = s, bad.positions.seq_axis = 0;
     EXPECT(compute_rotary_tiling(bad, 8, ub, &t) == ms_rotary::kBadPositions);
