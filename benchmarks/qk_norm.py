@@ -57,7 +57,8 @@ def case(name, seq, calls, rows, position):
     def new_positions():  # a decode loop makes each step's positions afresh; prefill's are made once
         return ms.Tensor(np.arange(position, position + seq)) if seq == 1 else positions
 
-    def two_calls(positions):
+    def two_calls(positions):  # with prologue's own handling of the positions
+        positions = fused._tensor_positions(positions)
         return fused.prologue_contiguous.construct(q, k, v, positions, positions, k_cache, v_cache, fused.cos_cache,
                                                    fused.sin_cache, wq, wk)
 
