@@ -96,7 +96,10 @@ MROPE_FAMILIES = {
     **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp", "qwen4_exp_text"),
                     ((11, 11, 10), True)),
     **dict.fromkeys(_GLM_4_1V + _GLM_4_5V + _GLM_IMAGE + ("glm_ocr", "glm_ocr_text"), ((8, 12, 12), False)),
-    **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE, ((24, 20, 20), True)),
+    **dict.fromkeys(_QWEN3_OMNI + _COSMOS3_EDGE + ("qwen3_omni_moe_talker_text",), ((24, 20, 20), True)),
+    # Qwen2.5-Omni's thinker and talker decoders (its DiT's rotary is plain)
+    **dict.fromkeys(("qwen2_5_omni", "qwen2_5_omni_text", "qwen2_5_omni_thinker", "qwen2_5_omni_talker"),
+                    ((16, 24, 24), False)),
     **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "hw")),
     **dict.fromkeys(_HUNYUAN_VL, (None, "lanes"))}  # no default section: refused without one
 # Families whose M-RoPE puts the axes on lanes in a way no ms_rotary layout states (NeoMME: two axes, row and

@@ -205,11 +205,11 @@ def mrope_channels(section, interleaved, frequencies):
     if not isinstance(section, (list, tuple)) or len(section) != 3 or \
             any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
         raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
-    if sum(section) > frequencies or (sum(section) != frequencies and interleaved is not True):
-        need = "at most that (interleaved: the frequencies past the sections turn with time)" \
-            if interleaved is True else "that"
+    # interleaved (Qwen3-VL): height and width at every third frequency below 3 * their counts, as transformers
+    # slices them, whatever the sum (time takes the rest); consecutive sections must fill the frequencies
+    if sum(section) != frequencies and interleaved is not True:
         raise ValueError(f"{_PREFIX}: mrope_section={list(section)} sums to {sum(section)}; rotary_dim / 2 = "
-                         f"{frequencies} frequencies need it to sum to {need}")
+                         f"{frequencies} frequencies need it to sum to that")
     index = np.arange(frequencies)
     channels = np.zeros(frequencies, np.int64)
     if interleaved == "hw":  # ERNIE-4.5-VL: h, w, h, w, ... then t

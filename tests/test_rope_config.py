@@ -235,6 +235,12 @@ MROPE = {
     # ERNIE-4.5-VL: height and width on alternate frequencies, then time, on adjacent pairs
     "ERNIE-4.5-VL (h and w alternating, then t)": ("Ernie4_5_VLMoeTextConfig", "ernie4_5_vl_moe",
                                                    "Ernie4_5_VLMoeTextRotaryEmbedding", [6, 6, 4], "hw", {}, None),
+    # the Omni models' text decoders (their modules also hold other rotary classes: a DiT's, a code predictor's)
+    "Qwen2.5-Omni's thinker text (sections)": ("Qwen2_5OmniTextConfig", "qwen2_5_omni", "Qwen2_5OmniRotaryEmbedding",
+                                               [4, 6, 6], False, {}, "qwen2_5_omni_text"),
+    "Qwen3-Omni's talker (interleaved sections)": ("Qwen3OmniMoeTalkerTextConfig", "qwen3_omni_moe",
+                                                   "Qwen3OmniMoeTalkerRotaryEmbedding", [6, 5, 5], True, {},
+                                                   "qwen3_omni_moe_talker_text"),
     # HunYuan-VL: sections of lanes, four axes (its checkpoints' xdrope: NTK-alpha) or three
     "HunYuan-VL (sections of lanes, 4 axes, NTK-alpha)": (
         "HunYuanVLTextConfig", "hunyuan_vl", "HunYuanVLRotaryEmbedding", [2, 6, 4, 4], "lanes",

@@ -10,6 +10,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 import warnings
 
 import numpy as np
@@ -54,7 +55,22 @@ def rotary_module(model_type):
     apply = getattr(module, "apply_rotary_pos_emb", None)
     if not text or apply is None:
         return None
-    return config, text[0], apply
+    used = _rotary_classes_used(module, type(config))
+    return config, getattr(module, used[0]) if len(used) == 1 else text[0], apply
+
+
+def _rotary_classes_used(module, config_class):
+    """The rotary classes the module's models built from config_class make (`self.rotary_emb = X(...)`): where a
+    module has several (Qwen2.5-Omni's text decoder and DiT), the one this config's decoder rotates with."""
+    used = set()
+    for name, value in vars(module).items():
+        if not (inspect.isclass(value) and name.endswith("Model")):
+            continue
+        source = inspect.getsource(value)
+        if re.search(rf"config: {config_class.__name__}\b", source) or getattr(value, "config_class", None) is \
+                config_class:
+            used |= set(re.findall(r"self\.rotary_emb = (\w+RotaryEmbedding)", source))
+    return sorted(used)
 
 
 def layer_types(model_type):
