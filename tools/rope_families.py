@@ -6,6 +6,7 @@ matched, and the rope parameters its config class gives a config.json that lacks
 runs the same comparison against the committed table.
     python -m tools.rope_families            # needs torch and transformers; rewrites ms_rotary/families.py
 """
+import functools
 import importlib
 import inspect
 import logging
@@ -63,14 +64,20 @@ def _rotary_classes_used(module, config_class):
     """The rotary classes the module's models built from config_class make (`self.rotary_emb = X(...)`): where a
     module has several (Qwen2.5-Omni's text decoder and DiT), the one this config's decoder rotates with."""
     used = set()
-    for name, value in vars(module).items():
-        if not (inspect.isclass(value) and name.endswith("Model")):
-            continue
-        source = inspect.getsource(value)
-        if re.search(rf"config: {config_class.__name__}\b", source) or getattr(value, "config_class", None) is \
-                config_class:
-            used |= set(re.findall(r"self\.rotary_emb = (\w+RotaryEmbedding)", source))
+    for name, body in _class_sources(module.__file__):
+        if name.endswith("Model") and (re.search(rf"config: {config_class.__name__}\b", body) or
+                                       getattr(getattr(module, name, None), "config_class", None) is config_class):
+            used |= set(re.findall(r"self\.rotary_emb = (\w+RotaryEmbedding)", body))
     return sorted(used)
+
+
+@functools.lru_cache(maxsize=None)
+def _class_sources(path):
+    """(name, source) of each top-level class in a module's file, split on its `class` lines (read once)."""
+    with open(path) as f:
+        text = f.read()
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"^class (\w+)", text, re.M)] + [(len(text), None)]
+    return tuple((name, text[start:end]) for (start, name), (end, _) in zip(starts, starts[1:]))
 
 
 def layer_types(model_type):
