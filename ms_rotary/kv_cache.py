@@ -218,6 +218,8 @@ class KVCacheWrite(nn.Cell):
                 raise ValueError(f"{LAYER}.prologue: {other} shares memory with {name}, which it writes"
                                  if other != "k_cache" else f"{LAYER}.prologue: k_cache and v_cache share memory")
         batch, seq = k_shape[:2]
+        if rows.size == 0:  # no token: nothing to write
+            return np.zeros(0, np.int64)
         rows = rows.astype(np.int64, copy=False).reshape(-1, seq)
         return (rows if self.paged or batch == 1 else rows + np.arange(batch)[:, None] * limit).reshape(-1)
 
@@ -233,6 +235,8 @@ class KVCacheWrite(nn.Cell):
         checked = _checked(k_rot.shape, v.shape, k_cache.shape, v_cache.shape, k_rot.dtype, v.dtype, k_cache.dtype,
                            v_cache.dtype, rows.shape, rows.dtype, self.paged, self.on_host)
         batch, seq, heads, dim = k_rot.shape
+        if batch * seq == 0:  # no token: nothing to write (the shapes are constants in a graph)
+            return ops.depend(k_cache, checked)
         rows = rows.astype(ms.int64).reshape(-1, seq).broadcast_to((batch, seq))
         limit = k_cache.shape[0] if self.paged else k_cache.shape[1]
         in_cache = self.rows_check(rows, ops.scalar_to_tensor(limit, ms.int64))  # raises naming one outside

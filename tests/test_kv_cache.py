@@ -207,6 +207,19 @@ def test_k_read_from_the_rows_it_is_written_to_rotates_as_a_copy_of_it(backend):
     assert np.array_equal(raw_bits(k_cache)[:, 4:6], raw_bits(want_k))
 
 
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_no_token_writes_nothing(paged, exec_mode):
+    """S = 0: an empty q_rot, the caches as they were (empty work is a no-op)."""
+    q, k, v, wq, wk = _inputs(seq=0)
+    k_cache, v_cache = _caches(paged)
+    before = [raw_bits(c).copy() for c in (k_cache, v_cache)]
+    empty = ms.Tensor(np.zeros((B, 0), np.int64))
+    q_rot = _run(exec_mode, _User(_layer("aot", True), paged, True), q, k, v, empty, k_cache, v_cache, empty, wq, wk)
+    assert q_rot.shape == (B, 0, NQ, D)
+    assert all(np.array_equal(raw_bits(c), b) for c, b in zip((k_cache, v_cache), before))
+
+
 def test_positions_shared_by_batch_rows_are_no_conflict():
     """Contiguous caches: batch rows at the same positions write rows of their own batch."""
     layer = _layer("aot", False)
