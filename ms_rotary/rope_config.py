@@ -87,8 +87,9 @@ _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
 # Families whose rotary class reads a "dynamic" type with a fixed alpha as NTK-alpha: the base stretched to
 # theta * alpha ** (D / (D - 2)) for every length (transformers' ntk_alpha; the type's other keys unused).
 _NTK_ALPHA_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe") + _HUNYUAN_VL
-# M-RoPE families: (section transformers 5.25 uses when the config gives none, interleaved sections?), each
-# model type whose text decoder's rotary class recomposes its frequencies from three position axes.
+# M-RoPE families: (section transformers 5.25 uses when the config gives none, or None where it has none; the
+# axes' layout, a tables.MROPE_LAYOUTS key), each model type whose text decoder's rotary class recomposes its
+# frequencies from several position axes.
 MROPE_FAMILIES = {
     **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "paddleocr_vl",
                      "paddleocr_vl_text"), ((16, 24, 24), False)),
@@ -319,11 +320,15 @@ def _nested(parameters):
         all(v is None or isinstance(v, dict) for v in parameters.values())
 
 
+def _as_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
 def _mrope(fields, model_type, parameters):
     """(mrope_section or None, interleaved) from the config, else the family's transformers default."""
     section = _first(parameters, "mrope_section") or _first(fields, "mrope_section")
     older = _first(parameters, "xdrope_section") or _first(fields, "xdrope_section")
-    if older is not None and section is not None and list(older) != list(section):
+    if older is not None and section is not None and _as_list(older) != _as_list(section):
         raise ValueError(f"{_PREFIX}: xdrope_section={older!r} and mrope_section={section!r} (its newer name) "
                          f"differ: give one")
     section = section if section is not None else older
