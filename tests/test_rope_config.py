@@ -305,6 +305,12 @@ def test_mrope_configs_in_both_forms_and_the_family_defaults():
         RopeConfig.from_config({**hunyuan, "rope_scaling": {**hunyuan["rope_scaling"], "mrope_section": [16, 16, 32]}})
     with pytest.raises(ValueError, match=r"model_type='hunyuan_vl_text' without mrope_section"):
         RopeConfig.from_config({**bare, "model_type": "hunyuan_vl_text"})
+    # the Omni models' text decoders: their rotary classes' section defaults
+    for model_type, expected in (("qwen2_5_omni_text", ((16, 24, 24), False)), ("qwen2_5_omni_talker",
+                                                                               ((16, 24, 24), False)),
+                                 ("qwen3_omni_moe_talker_text", ((24, 20, 20), True))):
+        omni = RopeConfig.from_config({**bare, "model_type": model_type})
+        assert (omni.mrope_section, omni.mrope_interleaved) == expected, model_type
     ernie = RopeConfig.from_config({**bare, "model_type": "ernie4_5_vl_moe_text"})  # its rotary class's default
     assert (ernie.rotary_mode, ernie.mrope_section, ernie.mrope_interleaved) == (1, (22, 22, 20), "hw")
     with pytest.raises(ValueError, match=r"mrope_section=\[20, 24, 20\] with mrope_interleaved='hw' alternates"):
