@@ -387,6 +387,37 @@ inline void prefetch_ahead(const T *slice, int64_t row, int64_t row_end, int64_t
   if (row + ahead.into_l1 < row_end) prefetch_slice<3>(slice + ahead.into_l1 * stride, bytes);
 }
 
+// The split cos/sin lanes of a row's token, kept while consecutive rows read the same cos row (broadcast cos
+// rows repeat: each is split once; with lane channels, each token's lanes are gathered once).
+template <int MODE, typename U>
+struct CosRowCache {
+  CosSinLanes cs;
+  int64_t cached = -1;
+  U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
+
+  // The cos row (or, with lane channels, the token) that row (b, s, n) reads.
+  static int64_t key(const Geometry &g, int64_t b, int64_t s, int64_t n) {
+    return g.lane_channels != nullptr ? g.token(b, s, n) : g.cos_row(b, s, n);
+  }
+
+  const CosSinLanes &for_key(const Geometry &g, const U *cos, const U *sin, int64_t key) {
+    if (key != cached) {
+      if (g.lane_channels != nullptr) {
+        g.gather_lanes(cos, sin, key, cos_lanes, sin_lanes);
+        split_cos_sin<ModeLayout<MODE>::y>(cos_lanes, sin_lanes, g.len, cs);
+      } else {
+        split_cos_sin<ModeLayout<MODE>::y>(cos + key * g.len, sin + key * g.len, g.len, cs);
+      }
+      cached = key;
+    }
+    return cs;
+  }
+
+  const CosSinLanes &at(const Geometry &g, const U *cos, const U *sin, int64_t row) {
+    return for_key(g, cos, sin, key(g, (row / (g.N * g.S)), (row / g.N) % g.S, row % g.N));
+  }
+};
+
 // Rows [row_begin, row_end) of dy; `out` is dy (in place) or a separate tensor that also gets the lanes
 // outside the slice. flatten: the chunk helpers must inline into the row loop to stay in registers.
 template <int MODE, bool CONJ, typename T, typename U>
@@ -395,9 +426,7 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   constexpr Layout in_layout = CONJ ? ModeLayout<MODE>::y : ModeLayout<MODE>::x;
   constexpr Layout out_layout = CONJ ? ModeLayout<MODE>::x : ModeLayout<MODE>::y;
   const Geometry g = geometry;  // in registers, whatever the stores below (see prefetch_rows)
-  CosSinLanes cs;
-  int64_t cached_cos_row = -1;  // broadcast cos rows repeat: split each once (lane channels: each token's)
-  U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
+  CosRowCache<MODE, U> cos_rows;
   const int64_t slice_bytes = g.len * static_cast<int64_t>(sizeof(T));
   const PrefetchRows ahead = prefetch_rows(slice_bytes, g.D * static_cast<int64_t>(sizeof(T)));
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
@@ -406,16 +435,7 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   const bool heads_share_cos = g.lane_channels == nullptr &&
                                (g.positions != nullptr ? g.positions_strides[2] == 0 : g.cos_n_stride == 0);
   for (int64_t row = row_begin; row < row_end;) {
-    const int64_t cos_row = g.lane_channels != nullptr ? g.token(b, srow, n) : g.cos_row(b, srow, n);
-    if (cos_row != cached_cos_row) {
-      if (g.lane_channels != nullptr) {
-        g.gather_lanes(cos, sin, cos_row, cos_lanes, sin_lanes);
-        split_cos_sin<ModeLayout<MODE>::y>(cos_lanes, sin_lanes, g.len, cs);
-      } else {
-        split_cos_sin<ModeLayout<MODE>::y>(cos + cos_row * g.len, sin + cos_row * g.len, g.len, cs);
-      }
-      cached_cos_row = cos_row;
-    }
+    const CosSinLanes &cs = cos_rows.for_key(g, cos, sin, CosRowCache<MODE, U>::key(g, b, srow, n));
     const int64_t run = heads_share_cos ? std::min(g.N - n, row_end - row) : 1;
     const int64_t run_end = row + run;
     if (in_place && g.len == kFixedLen) {  // the common case, with nothing decided a row
@@ -540,29 +560,6 @@ inline float sum_of_products(const float *a, const float *b, int64_t n) {
 inline float inverse_rms(const float *v, int64_t n, float eps) {
   return 1.0f / std::sqrt(sum_of_products(v, v, n) / static_cast<float>(n) + eps);
 }
-
-// The split cos/sin lanes of a row's token, kept while consecutive rows read the same cos row.
-template <int MODE, typename U>
-struct CosRowCache {
-  CosSinLanes cs;
-  int64_t cached = -1;
-  U cos_lanes[kMaxHeadDim], sin_lanes[kMaxHeadDim];
-
-  const CosSinLanes &at(const Geometry &g, const U *cos, const U *sin, int64_t row) {
-    const int64_t n = row % g.N, s = (row / g.N) % g.S, b = row / (g.N * g.S);
-    const int64_t key = g.lane_channels != nullptr ? g.token(b, s, n) : g.cos_row(b, s, n);
-    if (key != cached) {
-      if (g.lane_channels != nullptr) {
-        g.gather_lanes(cos, sin, key, cos_lanes, sin_lanes);
-        split_cos_sin<ModeLayout<MODE>::y>(cos_lanes, sin_lanes, g.len, cs);
-      } else {
-        split_cos_sin<ModeLayout<MODE>::y>(cos + key * g.len, sin + key * g.len, g.len, cs);
-      }
-      cached = key;
-    }
-    return cs;
-  }
-};
 
 // Forward: each row read once into fp32, normalised (n = x * r * gain), its slice rotated from n, the row
 // written once (in place too: the row is read whole before it is written).
