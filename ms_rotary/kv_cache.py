@@ -19,7 +19,6 @@ from mindspore.ops import functional as F
 
 from . import routes
 from .constraints import (
-    FEW_POSITIONS,
     LAYER,
     POSITION_DTYPES,
     check_eager_inputs,
@@ -29,7 +28,7 @@ from .constraints import (
 )
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
 from .routes import Route
-from .targets.base import as_tensor, host_array, host_positions, new_outputs
+from .targets.base import as_tensor, host_array, host_integers, host_positions, new_outputs
 
 NOT_DIFFERENTIABLE = (f"{LAYER}.prologue writes the KV caches for inference and has no gradient; call the layer "
                       f"itself (rope(q, k, positions, ...)) where gradients are needed")
@@ -73,11 +72,8 @@ def _checked_signature(*signature):
 
 
 def host_rows(rows):
-    """Row indices (a tensor, an array or a list) as numpy on the host (a decode step's few read as a list)."""
-    if isinstance(rows, ms.Tensor):  # the dtype kept: the checks refuse a float one by name
-        return np.array(rows.tolist(), np.int64) if rows.size <= FEW_POSITIONS and rows.dtype == ms.int64 \
-            else rows.asnumpy()
-    return np.asarray(rows)
+    """Row indices (a tensor, an array or a list) as numpy on the host."""
+    return host_integers(rows) if isinstance(rows, ms.Tensor) else np.asarray(rows)
 
 
 def byte_span(tensor):
