@@ -182,11 +182,11 @@ def overlap(a, b):
 
 
 # --- positions: a cache read at each token's position (RotaryEmbedding) ----------------------------------
-# The forms a layer takes, by position channels a token: (shapes in words, the shape for q's B and S, what);
-# three or more: M-RoPE's axes, first.
-_POSITIONS_FORMS = {1: ("[S] or [B, S]", "[{b}, {s}]", ""),
-                    2: ("[S, 2] or [B, S, 2]", "[{b}, {s}, 2]", " (quarter mode: token and block position)"),
-                    3: ("[3, S] or [3, B, S]", "[3, {b}, {s}]", " (M-RoPE: time, height, width)")}
+# The forms a layer takes, by (position channels a token, channel axis last): (shapes in words, the shape for
+# q's B and S, what). Quarter mode's two channels come last; M-RoPE's axes (two or more) first.
+_POSITIONS_FORMS = {(1, False): ("[S] or [B, S]", "[{b}, {s}]", ""),
+                    (2, True): ("[S, 2] or [B, S, 2]", "[{b}, {s}, 2]", " (quarter mode: token and block position)"),
+                    (3, False): ("[3, S] or [3, B, S]", "[3, {b}, {s}]", " (M-RoPE: time, height, width)")}
 # Up to this many positions (a decode step's) are read and checked as Python lists: numpy's per-call costs
 # exceed the work there.
 FEW_POSITIONS = 64
@@ -194,40 +194,38 @@ FEW_POSITIONS = 64
 POSITION_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
 
 
-def positions_rule(channels, batch=None, seq=None):
+def positions_rule(channels, batch=None, seq=None, channel_last=False):
     """The positions a layer takes, with q's B and S when known."""
-    forms, shape, what = _POSITIONS_FORMS[channels] if channels in _POSITIONS_FORMS else \
+    forms, shape, what = _POSITIONS_FORMS.get((channels, channel_last)) or \
         (f"[{channels}, S] or [{channels}, B, S]", f"[{channels}, {{b}}, {{s}}]", " (M-RoPE: one row an axis)")
     return forms + (f" = {shape.format(b=batch, s=seq)}" if batch is not None else "") + what
 
 
-def positions_form(shape, dtype, channels):
-    """Checks the caller's positions (positions_rule) and tells whether their channel axis is last (quarter
-    mode: moved first for the kernels); raises naming the rule. Shared by the eager path and a traced call
-    (there at compile time: shape and dtype are constants)."""
+def positions_form(shape, dtype, channels, channel_last=False):
+    """Checks the caller's positions (positions_rule); raises naming the rule. channel_last: quarter mode's
+    [.., S, 2] (moved first for the kernels). Shared by the eager path and a traced call (there at compile
+    time: shape and dtype are constants)."""
     shape, name = tuple(shape), dtype_name(dtype)
     if name not in POSITION_DTYPES:
         raise TypeError(f"{LAYER}: positions must hold integers ({', '.join(POSITION_DTYPES)}), got dtype {name}"
                         + ("; cast them to int64" if name == "uint64" else ""))
     if channels == 1:
         fits = len(shape) in (1, 2)
-    elif channels == 2:
-        fits = len(shape) in (2, 3) and shape[-1] == 2
     else:
-        fits = len(shape) in (2, 3) and shape[0] == channels
+        fits = len(shape) in (2, 3) and shape[-1 if channel_last else 0] == channels
     if not fits:
-        raise ValueError(f"{LAYER}: positions of shape {shape} must be {positions_rule(channels)}")
-    return channels == 2
+        raise ValueError(f"{LAYER}: positions of shape {shape} must be "
+                         f"{positions_rule(channels, channel_last=channel_last)}")
 
 
-def kernel_positions(positions, channels):
+def kernel_positions(positions, channels, channel_last=False):
     """positions in the caller's form (a tensor, a numpy array or a list) -> the kernels' form: int64, channels
     first ([S], [B, S], [channels, S] or [channels, B, S]; positions_view reads it as 3-D). One function for
     the eager path (numpy stays numpy, read on the host) and a traced call (a tensor, or a list or array
     that becomes a constant): both spell astype and transpose alike."""
     if not isinstance(positions, (ms.Tensor, np.ndarray)):
         positions = np.asarray(positions) if len(positions) else np.zeros(0, np.int64)
-    channel_last = positions_form(positions.shape, positions.dtype, channels)
+    positions_form(positions.shape, positions.dtype, channels, channel_last)
     if dtype_name(positions.dtype) != "int64":
         positions = positions.astype(np.int64 if isinstance(positions, np.ndarray) else ms.int64)
     if channel_last:
@@ -270,7 +268,7 @@ def check_cache_read(call, shapes, cos_shape, sin_shape, positions_shape, names=
     if view is None or view[1] not in (1, batch) or view[2] != seq:
         got = f"of shape {tuple(positions_shape)}" if view is None else f"for B = {view[1]}, S = {view[2]}"
         raise ValueError(f"{LAYER}: positions {got} do not fit q {tuple(shapes[0])}; they must be "
-                         f"{positions_rule(cache.channels, batch, seq)}")
+                         f"{positions_rule(cache.channels, batch, seq, call.rotary_mode == 2)}")
 
 
 def check_cache_read_call(call, shapes, dtypes, cos_shape, sin_shape, cos_dtype, sin_dtype, positions_shape):

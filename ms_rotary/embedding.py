@@ -224,7 +224,7 @@ class RotaryEmbedding(nn.Cell):
         if positions is None:
             raise TypeError(f"{LAYER} takes (q, k, positions): positions are required")
         _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
-        positions = kernel_positions(positions, self.channels)
+        positions = kernel_positions(positions, self.channels, self.rotary_mode == 2)
         if self.grow_cache and positions.size:
             high = int((positions if isinstance(positions, np.ndarray) else positions.asnumpy()).max())
             rows = self.cos_cache.shape[1]
@@ -292,7 +292,7 @@ class RotaryEmbedding(nn.Cell):
         return self._rotate(q, k, self._tensor_positions(positions), True)
 
     def _tensor_positions(self, positions):
-        positions = kernel_positions(positions, self.channels)
+        positions = kernel_positions(positions, self.channels, self.rotary_mode == 2)
         return ms.Tensor(positions) if isinstance(positions, np.ndarray) else positions
 
     def _rotate(self, q, k, positions, inverse=False, q_norm_weight=None, k_norm_weight=None):
@@ -321,9 +321,10 @@ class RotaryEmbedding(nn.Cell):
     def extend_repr(self):
         rows = "rows per call" if self.rows is not None else f"cache_positions={self.cos_cache.shape[1]}"
         norm = "" if self.head_norm is None else f", qk_norm_eps={self.head_norm.eps}"
+        mrope = self.channels > 1 and self.rotary_mode != 2  # quarter mode's two channels are no M-RoPE
         return (f"head_dim={self.head_dim}, partial_slice={list(self.partial_slice)}, "
                 f"rotary_mode={self.rotary_mode}, layout={self.layout}, {rows}"
-                f"{', M-RoPE' if self.channels > 2 else ''}{', inplace' if self.inplace else ''}{norm}")
+                f"{', M-RoPE' if mrope else ''}{', inplace' if self.inplace else ''}{norm}")
 
 
 def _head_norm(eps, offset):

@@ -38,6 +38,17 @@ _COSMOS3_EDGE = ("cosmos3_edge", "cosmos3_edge_text")
 # frequencies over the head, then gives axis i the next 2 * section[i] lanes); its checkpoints' "xdrope" rope
 # is NTK-alpha. transformers cannot rotate a config without a section (its default).
 _HUNYUAN_VL = ("hunyuan_vl", "hunyuan_vl_text")
+# MiniMax-M3-VL's text decoder: halves on a prefix of each head. Its config's rotary_dim (default 64) is read by
+# no rotary class: transformers rotates int(head_dim * partial_rotary_factor) lanes (its default: the whole
+# head). Where the two disagree which one a checkpoint was trained with is unknown: refused.
+_MINIMAX_M3_VL = ("minimax_m3_vl", "minimax_m3_vl_text")
+# Cohere-Compass's text decoder: Qwen3-VL's interleaved sections on halves over the whole head, with each layer
+# type's own parameters (section default (24, 20, 20)). Its rotary class reads parameters only per layer type (a
+# flat or absent rope_parameters fails there), ignores partial_rotary_factor, and its config class drops a flat
+# rope_theta / rope_type left beside per-layer-type entries (a hub config's stray keys).
+_COHERE_COMPASS = ("cohere_compass", "cohere_compass_text")
+# Families whose layers take no rotary embedding at all: (why), refused by name.
+_NO_ROPE_FAMILIES = {"moshi_depth": "Moshi's depth decoder builds its attention with use_rope=False"}
 
 # model_type: rotary mode of its attention (transformers' apply function for that family): the families
 # tools/rope_families.py found rotating as transformers does (families.py), and these, checked by hand in
@@ -54,7 +65,7 @@ FAMILY_MODES = {
     "deepseek_v4": "interleave",  # pairs on the tail of each head, rope parameters by kind ("main", "compress")
     **dict.fromkeys(_GLM_4_1V, "interleave"),
     **dict.fromkeys(_GLM_4_5V + _GLM_IMAGE, "half"),
-    **dict.fromkeys(_QWEN3_OMNI + _HUNYUAN_VL, "half"),
+    **dict.fromkeys(_QWEN3_OMNI + _HUNYUAN_VL + _MINIMAX_M3_VL + _COHERE_COMPASS, "half"),
 }
 # Families whose rotated lanes are the tail of each head (partial_rotary_factor of head_dim at its end).
 _TAIL_FAMILIES = ("deepseek_v4",)
@@ -73,6 +84,7 @@ FAMILY_ROPE_DEFAULTS = {
     **dict.fromkeys(_GLM_4_5V, {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
     **dict.fromkeys(_QWEN3_OMNI, {"rope_type": "default", "rope_theta": 1000000.0}),
     **dict.fromkeys(_HUNYUAN_VL, {"rope_type": "default", "rope_theta": 10000.0}),
+    **dict.fromkeys(_MINIMAX_M3_VL, {"rope_type": "default", "rope_theta": 5000000.0}),
 }
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rope_ratio", "rope_local_base_freq")
 # Per-layer-type thetas of other families' transformers 4 forms: not read (their config classes map them
@@ -102,11 +114,11 @@ MROPE_FAMILIES = {
     **dict.fromkeys(("qwen2_5_omni", "qwen2_5_omni_text", "qwen2_5_omni_thinker", "qwen2_5_omni_talker"),
                     ((16, 24, 24), False)),
     **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "hw")),
-    **dict.fromkeys(_HUNYUAN_VL, (None, "lanes"))}  # no default section: refused without one
-# Families whose M-RoPE puts the axes on lanes in a way no ms_rotary layout states (NeoMME: two axes, row and
-# column, on alternating frequencies; its config states no section): with the same position on every axis
-# (text) they rotate as the table's layout, so they stay in it; a configured section is refused.
-_MROPE_UNSUPPORTED = ("neomme",)
+    **dict.fromkeys(_HUNYUAN_VL, (None, "lanes")),
+    **dict.fromkeys(_COHERE_COMPASS, ((24, 20, 20), True))}  # no default section: refused without one
+# M-RoPE families whose section follows the rotated width: NeoMME's rotary class alternates row and column over
+# all rotary_dim / 2 frequencies of each layer type (two equal counts) and reads no section from its config.
+_MROPE_BY_WIDTH = {"neomme": "alternate"}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved", "xdrope_section")  # HunYuan-VL's older name of the section
 # A family's own names for the fields read here (its transformers config class's attribute_map, which a
 # config.json and to_dict() keep): DBRX's d_model/n_heads/max_seq_len, Moonshine's decoder heads (its rotary
@@ -176,6 +188,8 @@ class RopeConfig:
         layer type where they differ by layer type (Gemma-3's local and global theta), as transformers does."""
         fields = config_fields(config)
         model_type = fields.get("model_type")
+        if model_type in _NO_ROPE_FAMILIES:
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} rotates nothing: {_NO_ROPE_FAMILIES[model_type]}")
         switch = _ROPE_SWITCHES.get(model_type)
         if switch is not None and not fields.get(switch):
             raise ValueError(f"{_PREFIX}: model_type={model_type!r} with {switch}={fields.get(switch)!r} rotates "
@@ -189,6 +203,8 @@ class RopeConfig:
         section, interleaved = _mrope(fields, model_type, parameters)
         mode = _mode(fields, model_type, rotary_mode)
         head_dim, partial_slice = _geometry(fields, model_type, parameters, layer_type)
+        if model_type in _MROPE_BY_WIDTH:
+            section, interleaved = _mrope_by_width(fields, parameters, model_type, section, partial_slice, layer_type)
         whole_head = rope_type_of(parameters) in WHOLE_HEAD_TYPES  # its partial factor is the rope type's
         scaling = {key: value for key, value in parameters.items()
                    if key not in _MROPE_KEYS + (() if whole_head else ("partial_rotary_factor",))}
@@ -277,6 +293,13 @@ def _rope_parameters(fields, model_type, layer_type):
     if value is None:
         given = any(fields.get(key) is not None for key in _ROPE_KEYS)
         value = {} if given else copy.deepcopy(FAMILY_ROPE_DEFAULTS.get(model_type, {}))
+    if model_type in _COHERE_COMPASS:
+        if any(isinstance(v, dict) for v in value.values()):  # as its config class: stray flat keys dropped
+            value = {key: v for key, v in value.items() if key not in ("rope_theta", "rope_type")}
+        if not _nested(value):
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} reads rope parameters only per layer type "
+                             f"(rope_parameters={{'full_attention': {{...}}, ...}}); this config gives "
+                             f"{value or 'none'}, which transformers 5.25 cannot rotate either")
     nested_defaults = {key: v for key, v in FAMILY_ROPE_DEFAULTS.get(model_type, {}).items() if isinstance(v, dict)}
     if not _nested(value) and (fields.get("rope_local_base_freq") is not None or model_type in _LOCAL_BASE_FAMILIES):
         # transformers 4's form of per-layer-type rope (Gemma-3): the flat parameters are the global layers',
@@ -332,11 +355,6 @@ def _mrope(fields, model_type, parameters):
         raise ValueError(f"{_PREFIX}: xdrope_section={older!r} and mrope_section={section!r} (its newer name) "
                          f"differ: give one")
     section = section if section is not None else older
-    if section is not None and model_type in _MROPE_UNSUPPORTED:
-        raise ValueError(f"{_PREFIX}: model_type={model_type!r}: its M-RoPE (mrope_section={section!r}) puts the "
-                         f"position axes on lanes in a layout ms_rotary does not have; for text positions (the "
-                         f"same on every axis, where it rotates as {FAMILY_MODES[model_type]!r} does) give the "
-                         f"config without mrope_section")
     default_section, default_interleaved = MROPE_FAMILIES.get(model_type, (None, False))
     section = section if section is not None else default_section
     if section is None and model_type in MROPE_FAMILIES:
@@ -359,6 +377,28 @@ def _mrope(fields, model_type, parameters):
                          f"family's rotary class lays out {MROPE_LAYOUTS[default_interleaved]} and ignores the "
                          f"flag (transformers 5.25); give mrope_interleaved={default_interleaved!r} or leave it out")
     return tuple(int(n) for n in section), interleaved
+
+
+def _mrope_by_width(fields, parameters, model_type, given, partial_slice, layer_type):
+    """(section, layout) of a family whose rotary class derives its section from the rotated width
+    (_MROPE_BY_WIDTH); a configured section or flag it would ignore is taken only where it says the same."""
+    layout, frequencies = _MROPE_BY_WIDTH[model_type], (partial_slice[1] - partial_slice[0]) // 2
+    where = f"model_type={model_type!r}" + (f", layer_type={layer_type!r}" if layer_type is not None else "")
+    if frequencies % 2:
+        raise ValueError(f"{_PREFIX}: {where} rotates {2 * frequencies} lanes: its rotary class alternates two "
+                         f"position axes over the frequencies, which needs an even count (rotary_dim / 2 = "
+                         f"{frequencies}; transformers cannot rotate it either)")
+    section = (frequencies // 2, frequencies // 2)
+    if given is not None and tuple(given) != section:
+        raise ValueError(f"{_PREFIX}: {where}: mrope_section={list(given)} is not what its rotary class uses, "
+                         f"{list(section)} (it alternates row and column over all {frequencies} frequencies and "
+                         f"reads no section); leave mrope_section out")
+    flag = _first(parameters, "mrope_interleaved")
+    flag = _first(fields, "mrope_interleaved") if flag is None else flag
+    if flag is not None and mrope_layout(flag) != layout:
+        raise ValueError(f"{_PREFIX}: {where} with mrope_interleaved={flag!r}: the family's rotary class "
+                         f"lays out {MROPE_LAYOUTS[layout]}; give mrope_interleaved={layout!r} or leave it out")
+    return section, layout
 
 
 def _mode(fields, model_type, rotary_mode):
@@ -433,13 +473,22 @@ def _geometry(fields, model_type, parameters, layer_type):
         return head_dim, (0, head_dim // 2)
     if rope_type_of(parameters) in WHOLE_HEAD_TYPES:
         rotary_dim = head_dim
-    elif fields.get("rotary_dim") is not None:  # GPT-J, CodeGen
+    elif fields.get("rotary_dim") is not None and model_type not in _MINIMAX_M3_VL:  # GPT-J, CodeGen
         rotary_dim = _int(fields, "rotary_dim")
     else:
         factor = _first(parameters, "partial_rotary_factor") or _first(fields, "partial_rotary_factor", "rotary_pct")
         factor = _family_default(model_type, "partial_rotary_factor") if factor is None else factor
         factor = 1.0 if factor is None else check_value("partial_rotary_factor", factor, FRACTION)
+        if model_type in _COHERE_COMPASS and factor != 1:
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} with partial_rotary_factor={factor}: its rotary "
+                             f"class's default rope rotates the whole head, reading no partial_rotary_factor "
+                             f"(transformers 5.25); a partial width is not supported for this family")
         rotary_dim = int(head_dim * factor)
+        if model_type in _MINIMAX_M3_VL and fields.get("rotary_dim") not in (None, rotary_dim):
+            raise ValueError(f"{_PREFIX}: model_type={model_type!r} with rotary_dim={fields['rotary_dim']!r}: its "
+                             f"rotary class reads no rotary_dim and rotates int(head_dim * partial_rotary_factor) = "
+                             f"{rotary_dim} lanes (transformers 5.25); give partial_rotary_factor = rotary_dim / "
+                             f"head_dim in rope_parameters where the checkpoint rotates rotary_dim lanes")
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ValueError(f"{_PREFIX}: the rotary width {rotary_dim} must be even and at most head_dim={head_dim}")
     return head_dim, (head_dim - rotary_dim, head_dim) if model_type in _TAIL_FAMILIES else (0, rotary_dim)

@@ -64,7 +64,9 @@ def rope_cos_sin(positions, rotary_dim, rotary_mode=_REQUIRED, rope_theta=10000.
         width if i % 3 == 2 and i < 3 * section[2], else time (Qwen3-VL); "hw", height on the even and width
         on the odd frequencies below 2 * section[1] (so section[0] == section[1]), time above (ERNIE-4.5-VL);
         "lanes", N = 3 or 4 axes, lanes [0, 2 * section[0]) turned by the first, the next
-        2 * section[1] by the second, ... (HunYuan-VL); positions then [N, S] or [N, B, S].
+        2 * section[1] by the second, ... (HunYuan-VL); "alternate", N = 2 axes, two equal counts, the first
+        axis on the even frequencies and the second on the odd (NeoMME's row and column); positions then
+        [N, S] or [N, B, S].
     rope_theta, rope_scaling, max_position_embeddings: as in a Hugging Face config (`rope_scaling` or transformers
         5's `rope_parameters`, whose rope_theta wins when present); rope_type default, linear, dynamic, yarn,
         llama3, longrope or proportional, with transformers 5's keys and defaults. The attention factor (yarn,
@@ -166,7 +168,8 @@ def cache_parameters(positions, rotary_dim, rotary_mode, rope_theta=10000.0, rop
 MROPE_LAYOUTS = {False: "consecutive sections: time, height, width (Qwen2-VL)",
                  True: "height and width every third frequency, the rest time (Qwen3-VL)",
                  "hw": "height and width on alternate frequencies, then time (ERNIE-4.5-VL)",
-                 "lanes": "sections of lanes: axis i turns the next 2 * section[i] lanes, 3 or 4 axes (HunYuan-VL)"}
+                 "lanes": "sections of lanes: axis i turns the next 2 * section[i] lanes, 3 or 4 axes (HunYuan-VL)",
+                 "alternate": "two axes on alternate frequencies, the first on the even (NeoMME: row, column)"}
 
 
 def mrope_layout(interleaved):
@@ -202,9 +205,11 @@ def mrope_lane_channels(rotary_mode, rotary_dim, section, interleaved):
 def mrope_channels(section, interleaved, frequencies):
     """The position channel (0 time, 1 height, 2 width) of each of the `frequencies` frequencies."""
     interleaved = mrope_layout(interleaved)
-    if not isinstance(section, (list, tuple)) or len(section) != 3 or \
+    axes = 2 if interleaved == "alternate" else 3
+    if not isinstance(section, (list, tuple)) or len(section) != axes or \
             any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in section):
-        raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be three non-negative integers")
+        raise ValueError(f"{_PREFIX}: mrope_section={section!r} must be {'two' if axes == 2 else 'three'} "
+                         f"non-negative integers" + (" (mrope_interleaved='alternate': two axes)" if axes == 2 else ""))
     # interleaved (Qwen3-VL): height and width at every third frequency below 3 * their counts, as transformers
     # slices them, whatever the sum (time takes the rest); consecutive sections must fill the frequencies
     if sum(section) != frequencies and interleaved is not True:
@@ -212,6 +217,11 @@ def mrope_channels(section, interleaved, frequencies):
                          f"{frequencies} frequencies need it to sum to that")
     index = np.arange(frequencies)
     channels = np.zeros(frequencies, np.int64)
+    if interleaved == "alternate":  # NeoMME: row, column, row, column, ...
+        if section[0] != section[1]:
+            raise ValueError(f"{_PREFIX}: mrope_section={list(section)} with mrope_interleaved='alternate' gives "
+                             f"its two axes alternate frequencies: the counts must be equal")
+        return index % 2
     if interleaved == "hw":  # ERNIE-4.5-VL: h, w, h, w, ... then t
         if section[0] != section[1]:
             raise ValueError(f"{_PREFIX}: mrope_section={list(section)} with mrope_interleaved='hw' alternates "

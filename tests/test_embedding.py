@@ -134,7 +134,8 @@ def test_second_order_gradients_in_a_graph():
 
 # M-RoPE: 16 frequencies in the slice of 32; time, height and width positions that differ per token
 MROPE_SECTIONS = {"sections": ((4, 6, 6), False), "interleaved sections": ((6, 5, 5), True),
-                  "h and w alternating": ((5, 5, 6), "hw"), "sections of lanes, 4 axes": ((2, 6, 4, 4), "lanes")}
+                  "h and w alternating": ((5, 5, 6), "hw"), "sections of lanes, 4 axes": ((2, 6, 4, 4), "lanes"),
+                  "row and column alternating": ((8, 8), "alternate")}
 MROPE_POSITIONS = np.stack([POSITIONS, (POSITIONS * 7 + 1) % CACHE, (POSITIONS * 3 + 5) % CACHE,
                             (POSITIONS * 5 + 2) % CACHE])  # [4, B, S]: the first 3 for three axes
 
@@ -168,7 +169,7 @@ def _check_against_tables(layer, mode, positions_forms, table_kwargs, dtype, exe
 @pytest.mark.parametrize("sections,mode,exec_mode,backend",
                          cycled_cases([MROPE_SECTIONS, [0, 1, 3], EXEC_MODES], [BACKENDS]))
 def test_mrope_reads_each_lane_at_its_channels_position(sections, mode, backend, exec_mode):
-    """[3, B, S] and [3, S] positions (time, height, width differing per token)."""
+    """[N, B, S] and [N, S] positions (time, height, width, ... differing per token)."""
     section, interleaved = MROPE_SECTIONS[sections]
     layer = _layer(mode, backend=backend, mrope_section=section, mrope_interleaved=interleaved)
     positions = MROPE_POSITIONS[:len(section)]

@@ -67,6 +67,10 @@ BAD_POSITIONS = {  # name: (layer arguments, positions, error, message)
     "M-RoPE [S, 3], not [3, S]": (dict(mrope_section=(2, 3, 3)), np.zeros((S, 3), np.int64), ValueError,
                                   r"positions of shape \(6, 3\) must be \[3, S\] or \[3, B, S\]"),
     "M-RoPE [S]": (dict(mrope_section=(2, 3, 3)), np.arange(S), ValueError, r"must be \[3, S\] or \[3, B, S\]"),
+    # two M-RoPE axes (NeoMME) come first, where quarter mode's two channels come last
+    "two-axis M-RoPE [S, 2], not [2, S]": (dict(mrope_section=(4, 4), mrope_interleaved="alternate"),
+                                           np.zeros((S, 2), np.int64), ValueError,
+                                           r"positions of shape \(6, 2\) must be \[2, S\] or \[2, B, S\] \(M-RoPE"),
     "float positions": ({}, np.arange(S) + 0.7, TypeError, "positions must hold integers .* got dtype float"),
     "uint64 positions": ({}, np.arange(S, dtype=np.uint64), TypeError, "got dtype uint64; cast them to int64"),
     "bool positions": ({}, np.ones(S, bool), TypeError, "got dtype bool"),
@@ -290,12 +294,14 @@ def _cache_gradient_reference(layer, q, k, wq, wk, positions):
 
 
 @pytest.mark.parametrize("exec_mode", EXEC_MODES)
-@pytest.mark.parametrize("kind", ["one channel", "M-RoPE", "quarter"])
+@pytest.mark.parametrize("kind", ["one channel", "M-RoPE", "two-axis M-RoPE", "quarter"])
 def test_a_trainable_cache_gets_its_true_gradient(kind, exec_mode):
     """cos_cache/sin_cache set to require grad used to get silent zeros (true |dcos| up to 5.5)."""
     kwargs, positions = {"one channel": ({}, np.array([3, 1, 4, 1, 5, 3])),
                          "M-RoPE": (dict(mrope_section=(2, 3, 3)), np.array([[3, 1, 4, 1, 5, 3], [0, 0, 7, 7, 2, 2],
                                                                              [6, 5, 4, 3, 2, 1]])),
+                         "two-axis M-RoPE": (dict(mrope_section=(4, 4), mrope_interleaved="alternate"),
+                                             np.array([[3, 1, 4, 1, 5, 3], [0, 0, 7, 7, 2, 2]])),
                          "quarter": (dict(mode="quarter"), np.array([[3, 0], [1, 0], [4, 2], [1, 2], [5, 7],
                                                                      [3, 3]]))}[kind]
     layer = _layer(**kwargs)

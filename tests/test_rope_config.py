@@ -285,6 +285,122 @@ def test_mrope_tables_rotate_as_transformers_does(family):
     np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
 
 
+@pytest.mark.parametrize("layer_type, head_dim, section", [("full_attention", 64, (4, 4)),
+                                                           ("sliding_attention", 32, (8, 8))])
+def test_neomme_alternates_row_and_column_as_transformers_does(layer_type, head_dim, section):
+    """NeoMME: row positions on the even frequencies, column positions on the odd, over each layer type's own
+    rotated width (a quarter of the head in its full-attention layers): its rotary class reads no section."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.neomme import modeling_neomme
+    config = transformers.NeoMMEConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=1,
+                                       head_dim=head_dim, num_hidden_layers=6)
+    rope = RopeConfig.from_config(config.to_dict(), layer_type=layer_type)
+    assert (rope.mrope_section, rope.mrope_interleaved) == (section, "alternate")
+    rng = np.random.default_rng(11)
+    positions = rng.integers(0, 3000, (2, 1, 9))  # row, column
+    cos_hf, sin_hf = modeling_neomme.NeoMMERotaryEmbedding(config)(torch.zeros(1), torch.tensor(positions),
+                                                                  layer_type)
+    q = rng.uniform(-1, 1, (1, 9, 2, head_dim)).astype(np.float32)
+    start, end = rope.partial_slice
+    q_hf = torch.tensor(q[..., start:end]).transpose(1, 2)
+    part, _ = modeling_neomme.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
+    expected = np.concatenate([q[..., :start], part.transpose(1, 2).numpy(), q[..., end:]], -1)
+    cos, sin = rope.cos_sin(positions)
+    got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
+    np.testing.assert_allclose(got.asnumpy(), expected, atol=5e-4, rtol=0)
+    layer = ms_rotary.RotaryEmbedding.from_config(config.to_dict(), layer_type=layer_type, cache_positions=3000)
+    np.testing.assert_allclose(layer(ms.Tensor(q), None, positions[:, 0]).asnumpy(), expected, atol=5e-4, rtol=0)
+
+
+@pytest.mark.parametrize("rope_parameters, match", [
+    ({"mrope_section": [8, 8]}, r"layer_type='full_attention': mrope_section=\[8, 8\] is not what its rotary class "
+                                r"uses, \[4, 4\]"),
+    ({"mrope_interleaved": True}, r"model_type='neomme', layer_type='full_attention' with mrope_interleaved=True: "
+                                  r"the family's rotary class lays out two axes on alternate frequencies"),
+    ({"partial_rotary_factor": 0.15625}, r"rotates 10 lanes: its rotary class alternates two position axes over the "
+                                        r"frequencies, which needs an even count"),
+])
+def test_neomme_configs_its_rotary_class_would_read_otherwise_are_refused(rope_parameters, match):
+    full = {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25, **rope_parameters}
+    config = {"model_type": "neomme", "hidden_size": 128, "num_attention_heads": 2, "head_dim": 64,
+              "layer_types": ["sliding_attention", "full_attention"],
+              "rope_parameters": {"full_attention": full,
+                                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+    with pytest.raises(ValueError, match=match):
+        RopeConfig.from_config(config, layer_type="full_attention")
+    assert RopeConfig.from_config(config, layer_type="sliding_attention").mrope_section == (16, 16)
+
+
+def test_minimax_m3_vl_rotates_what_its_rotary_class_rotates_and_refuses_a_rotary_dim_it_ignores():
+    """Its config's rotary_dim is read by no rotary class: where int(head_dim * partial_rotary_factor) says the
+    same, the prefix of that width is rotated as transformers does; where they differ, refused."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.minimax_m3_vl import modeling_minimax_m3_vl
+    text = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32, rotary_dim=16)
+    config = transformers.CONFIG_MAPPING["minimax_m3_vl"](text_config={
+        **text, "rope_parameters": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}})
+    for config_json in (config.to_dict(), config.text_config.to_dict()):
+        rope = RopeConfig.from_config(config_json)
+        assert (rope.partial_slice, rope.rotary_mode, rope.rope_theta) == ((0, 16), 0, 5e6)
+    rng = np.random.default_rng(5)
+    positions = rng.integers(0, 3500, (1, 9))
+    cos_hf, sin_hf = modeling_minimax_m3_vl.MiniMaxM3VLRotaryEmbedding(config.text_config)(torch.zeros(1),
+                                                                                          torch.tensor(positions))
+    q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
+    q_hf = torch.tensor(q).transpose(1, 2)
+    expected, _ = modeling_minimax_m3_vl.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
+    cos, sin = rope.cos_sin(positions[0])
+    got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
+    np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+    default = transformers.CONFIG_MAPPING["minimax_m3_vl"](text_config=text)  # rotates all 32 lanes, says 16
+    with pytest.raises(ValueError, match=r"model_type='minimax_m3_vl' with rotary_dim=16: its rotary class reads no "
+                                         r"rotary_dim and rotates int\(head_dim \* partial_rotary_factor\) = 32"):
+        RopeConfig.from_config(default.to_dict())
+
+
+def test_cohere_compass_rotates_each_layer_type_as_transformers_does():
+    """Qwen3-VL's interleaved sections with each layer type's own theta and section (default (24, 20, 20)); a
+    hub config's flat keys beside the per-layer-type entries dropped as its config class drops them."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.cohere_compass import modeling_cohere_compass
+    rope_parameters = {"full_attention": {"rope_type": "default", "rope_theta": 5e4, "mrope_section": [6, 5, 5]},
+                       "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    text = dict(hidden_size=64, num_attention_heads=2, num_hidden_layers=2, head_dim=48,
+                layer_types=["sliding_attention", "full_attention"])
+    config = transformers.CONFIG_MAPPING["cohere_compass_text"](**text, rope_parameters=dict(rope_parameters))
+    hub_json = {**text, "model_type": "cohere_compass_text",
+                "rope_parameters": {**rope_parameters, "rope_theta": 1e6, "rope_type": "default"}}
+    rng = np.random.default_rng(13)
+    positions = rng.integers(0, 3500, (3, 1, 9))
+    rotary = modeling_cohere_compass.CohereCompassRotaryEmbedding(config)
+    q = rng.uniform(-1, 1, (1, 9, 2, 48)).astype(np.float32)
+    q_hf = torch.tensor(q).transpose(1, 2)
+    # the sliding layers' default section sums above their 24 frequencies: sliced there as transformers slices it
+    for layer_type, section, theta in (("full_attention", (6, 5, 5), 5e4), ("sliding_attention", (24, 20, 20), 1e4)):
+        rope = RopeConfig.from_config(hub_json, layer_type=layer_type)
+        assert (rope.rotary_mode, rope.partial_slice, rope.mrope_section, rope.mrope_interleaved, rope.rope_theta) \
+            == (0, (0, 48), section, True, theta)
+        cos_hf, sin_hf = rotary(torch.zeros(1), torch.tensor(positions), layer_type)
+        expected, _ = modeling_cohere_compass.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
+        cos, sin = rope.cos_sin(positions)
+        got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
+        np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0,
+                                   err_msg=layer_type)
+    flat = {**hub_json, "rope_parameters": {"rope_type": "default", "rope_theta": 5e4}}
+    with pytest.raises(ValueError, match=r"model_type='cohere_compass_text' reads rope parameters only per layer type"):
+        RopeConfig.from_config(flat)
+    partial = {**hub_json, "rope_parameters": {"full_attention": {**rope_parameters["full_attention"],
+                                                                  "partial_rotary_factor": 0.5}}}
+    with pytest.raises(ValueError, match=r"partial_rotary_factor=0.5: its rotary class's default rope rotates the "
+                                         r"whole head"):
+        RopeConfig.from_config(partial)
+    with pytest.raises(ValueError, match=r"model_type='moshi_depth' rotates nothing: Moshi's depth decoder"):
+        RopeConfig.from_config({"model_type": "moshi_depth", "hidden_size": 64, "num_attention_heads": 2})
+
+
 def test_mrope_configs_in_both_forms_and_the_family_defaults():
     old = {"model_type": "qwen2_vl", "hidden_size": 128, "num_attention_heads": 2, "rope_theta": 1e6,
            "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}}

@@ -105,8 +105,9 @@ def compare(model_type, mode, layer_type=None):
         rope = ms_rotary.RopeConfig.from_config(config.to_dict() | {"model_type": model_type}, rotary_mode=mode,
                                                 layer_type=layer_type)
         positions = POSITIONS[POSITIONS < (rope.max_position_embeddings or 1 << 30)]
-        if rope.mrope_section is not None:  # time, height and width positions that differ, [3, 1, S]
-            positions = np.stack([positions, positions[::-1], (positions * 7 + 3) % (positions.max() + 1)])[:, None]
+        if rope.mrope_section is not None:  # positions that differ by axis (time, height, width, ...): [N, 1, S]
+            axes = [positions, positions[::-1], (positions * 7 + 3) % (positions.max() + 1), positions // 3]
+            positions = np.stack(axes[:len(rope.mrope_section)])[:, None]
         q = np.random.default_rng(0).uniform(-1, 1, (1, positions.shape[-1], 2, rope.head_dim)).astype(np.float32)
         cos, sin = rope.cos_sin(positions)
         got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin).asnumpy()
