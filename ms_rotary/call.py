@@ -18,10 +18,11 @@ class CacheRead:
 
     head_dim: int                                 # D of the rotated tensors
     layout: str = "BSND"                          # where B and S sit in them (LAYOUT_AXES)
-    # Several positions a token: the channel each cos/sin lane reads its position from. M-RoPE: 0 time,
-    # 1 height, 2 width; quarter mode (ChatGLM-6B): 0 the token's position, 1 its block position.
+    # Several positions a token: the channel each cos/sin lane reads its position from. M-RoPE: its axes (0
+    # time, 1 height, 2 width; NeoMME's row and column); quarter mode (ChatGLM-6B): 0 the token's position, 1
+    # its block position.
     lane_channels: Optional[Tuple[int, ...]] = None
-    channels: int = 1                             # positions a token: 1, 2 (quarter) or 3 (M-RoPE)
+    channels: int = 1                             # positions a token: 1, 2 (quarter, or M-RoPE), up to 4
     with_k: bool = False                          # q and k in one call
     cache_dtype: str = "float32"                  # the cache's (the Ascend ops' lane masks follow its bytes)
     rows_per_call: bool = False                   # the rows are the call's own (length_rope), not a cache

@@ -20,6 +20,7 @@ from .functions import head_normalised, rotary
 from .head_norms import head_norm_from_config
 from .kv_cache import KVCacheWrite, Prologue
 from .length_rope import LengthDependentRows, is_length_dependent, refuse_length_dependent_with
+from .planned import CallPlans, PlannedPrologue
 from .rope_config import RopeConfig, config_fields
 from .rope_scaling import NON_NEGATIVE, check_value, resolve_rope_scaling, rope_type_of
 from .tables import cache_parameters, check_partial_rotary_factor, mrope_lane_channels
@@ -201,6 +202,16 @@ class RotaryEmbedding(nn.Cell):
         rotation = self.rotate_qk if self.head_norm is None else self.norm_qk
         self.prologue_contiguous, self.prologue_paged = (Prologue(rotation, write, self.head_norm is not None)
                                                          for write in (self.write_contiguous, self.write_paged))
+        # eager calls planned once per signature (planned.py): a cache read out of place, q's result as is
+        plain = self.rows is None and self.query_scale is None
+        plans = (self.prologue_contiguous.plans, self.prologue_paged.plans) if plain and layout == "BSND" else \
+            (None, None)
+        self.planned_prologue = PlannedPrologue(plans, self.head_norm is not None)
+        calls = {(False, False): self.rotate_q, (True, False): self.rotate_qk}
+        if self.head_norm is not None:
+            calls.update({(False, True): self.norm_q, (True, True): self.norm_qk})
+        kernels = {key: call.kernel for key, call in calls.items() if hasattr(call, "kernel")}
+        self.call_plans = CallPlans(kernels) if plain and not self.inplace else None
 
     @classmethod
     def from_config(cls, config, rotary_mode=None, cache_positions=None, cache_dtype=ms.float32, backend=None,
@@ -221,10 +232,15 @@ class RotaryEmbedding(nn.Cell):
     def __call__(self, q, k=None, positions=None, q_norm_weight=None, k_norm_weight=None):
         """From Python (PyNative, or a top-level call in GRAPH_MODE): the rotation's own call routes it; a numpy
         array or list of positions stays on the host."""
+        plans = self.call_plans
+        if plans is not None:  # eagerly, a call whose signature's rules have passed once (planned.py)
+            out = plans.run(q, k, positions, q_norm_weight, k_norm_weight, self.cos_cache, self.sin_cache)
+            if out is not None:
+                return out
         if positions is None:
             raise TypeError(f"{LAYER} takes (q, k, positions): positions are required")
         _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
-        positions = kernel_positions(positions, self.channels, self.rotary_mode == 2)
+        given, positions = positions, kernel_positions(positions, self.channels, self.rotary_mode == 2)
         if self.grow_cache and positions.size:
             high = int((positions if isinstance(positions, np.ndarray) else positions.asnumpy()).max())
             rows = self.cos_cache.shape[1]
@@ -232,7 +248,10 @@ class RotaryEmbedding(nn.Cell):
                 self.extend_cache(min(max(2 * rows, high + 1), self.growth_limit))
         if isinstance(positions, np.ndarray) and ms.get_context("mode") == ms.GRAPH_MODE:
             positions = ms.Tensor(positions)  # the calls below compile: an array argument would reach them as ()
-        return self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
+        out = self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
+        if plans is not None:
+            plans.learn(q, k, given, q_norm_weight, k_norm_weight, self.cos_cache, self.sin_cache)
+        return out
 
     def extend_cache(self, cache_positions):
         """Rebuilds the caches to cover [0, cache_positions), in place of the layer's (the rows it had come out
@@ -264,6 +283,10 @@ class RotaryEmbedding(nn.Cell):
         the layer norms heads), k's rotated rows and v's rows written into the KV caches: contiguous
         [B, P, Nk, D] at the tokens' positions, or paged [T, Nk, D] at `slots` ([B, S] or [S]); returns q_rot
         (ms_rotary/kv_cache.py). Layout BSND; not differentiable. From Python or inside a compiled network."""
+        q_rot = self.planned_prologue(q, k, v, positions, k_cache, v_cache, slots, q_norm_weight, k_norm_weight,
+                                      self.cos_cache, self.sin_cache)
+        if q_rot is not None:  # eagerly, a decode step whose signature's rules have passed once (kv_cache.py)
+            return q_rot
         if self.layout != "BSND":
             raise ValueError(f"{LAYER}.prologue: the KV caches take k and v as [B, S, Nk, D]: build the layer with "
                              f"layout='BSND' (this one is {self.layout})")

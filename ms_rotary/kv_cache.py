@@ -27,8 +27,15 @@ from .constraints import (
     require_contiguous,
 )
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
+from .planned import StepPlans, plannable
 from .routes import Route
-from .targets.base import as_tensor, host_array, host_integers, host_positions, new_outputs
+from .targets.base import (
+    as_tensor,
+    host_array,
+    host_integers,
+    host_positions,
+    new_outputs,
+)
 
 NOT_DIFFERENTIABLE = (f"{LAYER}.prologue writes the KV caches for inference and has no gradient; call the layer "
                       f"itself (rope(q, k, positions, ...)) where gradients are needed")
@@ -265,11 +272,17 @@ class Prologue(nn.Cell):
         self.rotation, self.write, self.norm = rotation, write, bool(norm)
         kernel = getattr(rotation, "kernel", None)
         self.one_pass = write.on_host and getattr(kernel, "on_host", False) and not rotation.call.in_place
+        self.plans = StepPlans(kernel, write.paged) if self.one_pass and plannable(kernel) else None
 
     def __call__(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight=None, k_weight=None):
         if self.one_pass and routes.current() is Route.EAGER:
-            return self._one_pass_now(q, k, v, positions, rows, k_cache, v_cache, cos, sin,
-                                      (q_weight, k_weight) if self.norm else ())
+            args = (q, k, v, positions, rows, k_cache, v_cache, cos, sin, (q_weight, k_weight) if self.norm else ())
+            q_rot = self.plans.run(args) if self.plans is not None else None
+            if q_rot is None:  # no plan for this signature, or a value its plan does not take
+                q_rot = self._one_pass_now(*args)  # every rule checked on the way
+                if self.plans is not None:
+                    self.plans.learn(args)
+            return q_rot
         return super().__call__(q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight)
 
     def construct(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight):
@@ -290,7 +303,7 @@ class Prologue(nn.Cell):
         # cache's memory (it would read rows it has written)
         cache_span = byte_span(k_cache)
         direct = count and targets[-1] - targets[0] == count - 1 and (count == 1 or (np.diff(targets) == 1).all()) \
-            and not any(spans_overlap(byte_span(t), cache_span) for t in (q, k, *weights))
+            and not any(spans_overlap(byte_span(t), cache_span) for t in (q, k, cos, sin, *weights))
         if direct:
             q_out, = new_outputs((q,))
             k_out = host_array(k_cache).reshape(-1, *k.shape[2:])[targets[0]:targets[0] + count].reshape(k.shape)

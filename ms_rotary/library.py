@@ -103,11 +103,19 @@ class CompiledKernel:
         """q (and k, unless None) rotated by the cache rows [1, P, 1, L] that positions (int64 [channels, batch,
         S]) pick; lane_channels (int64 [L], M-RoPE) or None; axes: q's (B axis, S axis). Out pointers None: in
         place. Both tensors are checked before either is written (kernel/cpu/rotary_kernel.h, Positions)."""
-        return self._run_positions(q, q_out, k, k_out, cos, sin, positions, _c_positions_shape(positions_shape),
-                                   lane_channels, *axes, _c_shape(q_shape), _c_shape(k_shape or q_shape),
-                                   _c_shape(cache_shape), _c_name(dy_dtype), _c_name(cos_dtype), rotary_mode, start,
-                                   end, int(conjugate), num_threads)
+        return self.rotate_by_positions_entry(positions_shape, lane_channels, axes, q_shape, k_shape, cache_shape,
+                                              dy_dtype, cos_dtype, rotary_mode, start, end, conjugate,
+                                              num_threads)(q, q_out, k, k_out, cos, sin, positions)
 
+    def rotate_by_positions_entry(self, positions_shape, lane_channels, axes, q_shape, k_shape, cache_shape,
+                                  dy_dtype, cos_dtype, rotary_mode, start, end, conjugate, num_threads=0):
+        """rotate_by_positions with every argument but the pointers bound (a decode step repeats them):
+        f(q, q_out, k, k_out, cos, sin, positions) -> status."""
+        bound = (_c_positions_shape(positions_shape), lane_channels, *axes, _c_shape(q_shape),
+                 _c_shape(k_shape or q_shape), _c_shape(cache_shape), _c_name(dy_dtype), _c_name(cos_dtype),
+                 rotary_mode, start, end, int(conjugate), num_threads)
+        run = self._run_positions
+        return lambda q, q_out, k, k_out, cos, sin, positions: run(q, q_out, k, k_out, cos, sin, positions, *bound)
 
     def norm_by_positions(self, q, q_out, k, k_out, q_weight, k_weight, weight_dtypes, eps, offset, cos, sin,
                           positions, positions_shape, lane_channels, axes, q_shape, k_shape, cache_shape, dtype,
@@ -115,11 +123,22 @@ class CompiledKernel:
         """q (and k, unless None) each normalised over its head with its own weight ([D], weight_dtypes one
         name each; gain offset + weight, eps inside the root) and rotated by the cache rows positions pick, as
         rotate_by_positions (kernel/cpu/rotary_kernel.h, HeadNorm)."""
+        return self.norm_by_positions_entry(weight_dtypes, eps, offset, positions_shape, lane_channels, axes, q_shape,
+                                            k_shape, cache_shape, dtype, cos_dtype, rotary_mode, start, end,
+                                            num_threads)(q, q_out, k, k_out, q_weight, k_weight, cos, sin, positions)
+
+    def norm_by_positions_entry(self, weight_dtypes, eps, offset, positions_shape, lane_channels, axes, q_shape,
+                                k_shape, cache_shape, dtype, cos_dtype, rotary_mode, start, end, num_threads=0):
+        """norm_by_positions with every argument but the pointers bound:
+        f(q, q_out, k, k_out, q_weight, k_weight, cos, sin, positions) -> status."""
         weight_dtypes = [_c_name(name) for name in weight_dtypes] + [None]
-        return self._norm_positions(q, q_out, k, k_out, q_weight, k_weight, *weight_dtypes[:2], eps, offset, cos,
-                                    sin, positions, _c_positions_shape(positions_shape), lane_channels, *axes,
-                                    _c_shape(q_shape), _c_shape(k_shape or q_shape), _c_shape(cache_shape),
-                                    _c_name(dtype), _c_name(cos_dtype), rotary_mode, start, end, num_threads)
+        norm = (*weight_dtypes[:2], eps, offset)
+        bound = (_c_positions_shape(positions_shape), lane_channels, *axes, _c_shape(q_shape),
+                 _c_shape(k_shape or q_shape), _c_shape(cache_shape), _c_name(dtype), _c_name(cos_dtype), rotary_mode,
+                 start, end, num_threads)
+        run = self._norm_positions
+        return lambda q, q_out, k, k_out, q_weight, k_weight, cos, sin, positions: run(
+            q, q_out, k, k_out, q_weight, k_weight, *norm, cos, sin, positions, *bound)
 
     def norm_by_positions_grad(self, dy, x, dx, weight, weight_grad, weight_dtype, eps, offset, cos, sin, positions,
                                positions_shape, lane_channels, axes, shape, cache_shape, dtype, cos_dtype,

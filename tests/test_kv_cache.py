@@ -306,3 +306,4 @@ def test_layouts_mrope_without_slots_views_and_autograd_are_refused():
     versions = (k_cache._version, v_cache._version)
     layer.prologue(q, k, v, POSITIONS, k_cache, v_cache)
     assert (k_cache._version, v_cache._version) == (versions[0] + 1, versions[1] + 1)
+

@@ -108,28 +108,31 @@ class CpuKernel(RotaryKernel):
         library.raise_for_status(status)
 
     def rotate_at_now(self, tensors, outs, cos, sin, positions, *weights):
-        call, cache = self.call, self.call.cache
         out_ptrs = [None] * len(tensors) if outs is None else \
             [out.data_ptr() if isinstance(out, ms.Tensor) else out.ctypes.data for out in outs]
-        k, k_out, k_shape = (tensors[1].data_ptr(), out_ptrs[1], tensors[1].shape) if cache.with_k else \
-            (None, None, None)
-        if call.norm is not None:
-            status = library.load().norm_by_positions(
-                tensors[0].data_ptr(), out_ptrs[0], k, k_out, weights[0].data_ptr(),
-                weights[1].data_ptr() if cache.with_k else None,
-                [DTYPE_NAMES[element_dtype(weight.dtype)] for weight in weights], call.norm.eps,
-                call.norm.offset, cos.data_ptr(), sin.data_ptr(), positions.ctypes.data, positions.shape,
-                library.lane_channels_pointer(cache.lane_channels), cache.axes, tensors[0].shape, k_shape, cos.shape,
-                DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
-                call.rotary_mode, call.partial_slice[0], call.partial_slice[1])
-            library.raise_for_status(status)
-            return
-        status = library.load().rotate_by_positions(
-            tensors[0].data_ptr(), out_ptrs[0], k, k_out, cos.data_ptr(), sin.data_ptr(), positions.ctypes.data,
-            positions.shape, library.lane_channels_pointer(cache.lane_channels), cache.axes, tensors[0].shape,
-            k_shape, cos.shape, DTYPE_NAMES[element_dtype(tensors[0].dtype)], DTYPE_NAMES[element_dtype(cos.dtype)],
-            call.rotary_mode, call.partial_slice[0], call.partial_slice[1], call.conjugate)
+        entry = self.cache_read_entry([t.shape for t in tensors], tensors[0].dtype, positions.shape, cos.shape,
+                                      cos.dtype, [weight.dtype for weight in weights])
+        k, k_out = (tensors[1].data_ptr(), out_ptrs[1]) if self.call.cache.with_k else (None, None)
+        status = entry(tensors[0].data_ptr(), out_ptrs[0], k, k_out, cos.data_ptr(), sin.data_ptr(),
+                       positions.ctypes.data, *(weight.data_ptr() for weight in weights))
         library.raise_for_status(status)
+
+    def cache_read_entry(self, shapes, dtype, positions_shape, cos_shape, cos_dtype, weight_dtypes=()):
+        """The C entry of this call's cache read for one signature (shapes of q and k, their dtype, positions
+        [channels, 1|B, S], the cache's shape and dtype, the norm weights' dtypes), every argument but the
+        pointers bound: f(q, q_out, k, k_out, cos, sin, positions, *weights) -> status (k, k_out None without
+        k; out pointers None in place)."""
+        call, cache = self.call, self.call.cache
+        static = (positions_shape, library.lane_channels_pointer(cache.lane_channels), cache.axes, shapes[0],
+                  shapes[1] if cache.with_k else None, cos_shape, DTYPE_NAMES[element_dtype(dtype)],
+                  DTYPE_NAMES[element_dtype(cos_dtype)], call.rotary_mode, call.partial_slice[0],
+                  call.partial_slice[1])
+        if call.norm is None:
+            return library.load().rotate_by_positions_entry(*static, call.conjugate)
+        names = [DTYPE_NAMES[element_dtype(dtype)] for dtype in weight_dtypes]
+        entry = library.load().norm_by_positions_entry(names, call.norm.eps, call.norm.offset, *static)
+        return lambda q, q_out, k, k_out, cos, sin, positions, q_weight, k_weight=None: entry(
+            q, q_out, k, k_out, q_weight, k_weight, cos, sin, positions)
 
     def norm_grads_at_now(self, dy, x, dx, weight, weight_grad, cos, sin, positions):
         call, cache = self.call, self.call.cache
