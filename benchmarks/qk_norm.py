@@ -21,7 +21,8 @@ two cores are easily saturated):
   trainable weights, rotation, causal attention, output projection), forward + backward + SGD, the norm and
   rotation as one layer call against the MindSpore-op norm and the layer, GRAPH_MODE and PyNative, interleaved
   rounds (benchmarks.train_step's timing: graph warm-up past MindSpore's runtime tuning).
-Each call is timed in a loop of 100 (decode) or 10 (prefill) with one sync at the end, medians of 5 rounds.
+Each call is timed in a loop of 100 (decode) or 10 (prefill) with one sync at the end, medians of 5 rounds;
+the decode case with MindSpore's ops synchronous (benchmarks.rope_layer.synchronous_ops).
 Rows go to runs.csv (case "qk norm ...", benchmarks/runs_csv.py says where)."""
 import argparse
 
@@ -31,7 +32,7 @@ from mindspore import nn, ops
 
 import ms_rotary
 from benchmarks.call_overhead import median_seconds
-from benchmarks.rope_layer import fresh_copies, interleaved_ratios
+from benchmarks.rope_layer import fresh_copies, interleaved_ratios, synchronous_ops
 from benchmarks.run import copy_impls
 from benchmarks.runs_csv import append_rows
 from benchmarks.train_step import GRAPH_WARMUP_STEPS, LAYERS, Loss, Stack, median_step_seconds
@@ -231,7 +232,8 @@ def main():
     elif args.decode_step:
         decode_steps(rows)
     else:
-        case("decode [1, 1, 32|8, 128] at position 4000", 1, 100, rows, 4000)
+        with synchronous_ops():
+            case("decode [1, 1, 32|8, 128] at position 4000", 1, 100, rows, 4000)
         case("prefill [1, 4096, 32|8, 128]", 4096, 10, rows, 0)
     append_rows(rows)
 

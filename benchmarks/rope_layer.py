@@ -15,8 +15,10 @@
   memory bandwidth than separate medians.
 - both, when torch is installed: the same rotation in torch (cos/sin gathered from a cache by position,
   rotate-half on q and k, out of place), eager and torch.compile'd.
-Each call is timed in a loop of 100 (decode) or 10 (prefill) with one sync at the end, medians of 5 rounds.
+Each call is timed in a loop of 100 (decode) or 10 (prefill) with one sync at the end, medians of 5 rounds;
+the decode case with MindSpore's ops synchronous (synchronous_ops).
 Rows go to runs.csv (case "rope layer ...", benchmarks/runs_csv.py says where)."""
+import contextlib
 import importlib.util
 import threading
 import time
@@ -144,11 +146,25 @@ def torch_implementations(q, k, cos_all, sin_all, positions):
             "torch.compile": lambda: compiled(q_t, k_t, positions_t)}
 
 
+@contextlib.contextmanager
+def synchronous_ops():
+    """MindSpore 2.10's asynchronous PyNative queue, on the 2-core VMs measured here, now and then costs ~4 ms
+    an op (a built-in `add` on q: 30-80 us, then 3.9-4.0 ms a call for minutes; a 4-ms timer tick, NOTES.md,
+    issue 37): a decode case's baseline op would read 100x slower than it is. With ops synchronous it keeps its
+    30-80 us in every run seen, which is also the stricter baseline (no queue to overlap)."""
+    ms.set_context(pynative_synchronize=True)
+    try:
+        yield
+    finally:
+        ms.set_context(pynative_synchronize=False)
+
+
 def main():
     ms.set_device("CPU")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     rows = []
-    case("decode [1, 1, 32|8, 128] at position 4000", 1, 100, rows, 4000)
+    with synchronous_ops():
+        case("decode [1, 1, 32|8, 128] at position 4000", 1, 100, rows, 4000)
     case("prefill [1, 4096, 32|8, 128]", 4096, 10, rows, 0)
     append_rows(rows)
 
