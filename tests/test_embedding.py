@@ -13,6 +13,7 @@ from test_rope_config import FAMILIES, MROPE, ROTATED_PART_ONLY, mrope_family, t
 
 import ms_rotary
 from ms_rotary import RotaryEmbedding
+from tools.rope_families import MATCH, torch_in_float64
 
 B, S, NQ, NK, D = 2, 6, 4, 2, 48
 SLICE = (8, 40)
@@ -348,12 +349,13 @@ def test_from_config_rotates_q_and_k_as_transformers_does(family, exec_mode):
     rng = np.random.default_rng(17)
     q, k, wq, wk = (rng.uniform(-1, 1, (1, len(positions), n, layer.head_dim)).astype(np.float32)
                     for n in (heads, 1, heads, 1))
-    cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]))
     part = (lambda t: t[..., start:end]) if model_type in ROTATED_PART_ONLY else (lambda t: t)
-    q_t, k_t = (torch.tensor(part(t)).transpose(1, 2).requires_grad_() for t in (q, k))
-    q_hf, k_hf = getattr(module, apply_name)(q_t, k_t, cos_hf, sin_hf)
-    (q_hf * torch.tensor(part(wq)).transpose(1, 2)).sum().backward(retain_graph=True)
-    (k_hf * torch.tensor(part(wk)).transpose(1, 2)).sum().backward()
+    with torch_in_float64():  # transformers' own code, its fp32 casts made float64
+        cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions[None]))
+        q_t, k_t = (torch.tensor(part(t)).transpose(1, 2).requires_grad_() for t in (q, k))
+        q_hf, k_hf = getattr(module, apply_name)(q_t, k_t, cos_hf, sin_hf)
+        (q_hf * torch.tensor(part(wq)).transpose(1, 2)).sum().backward(retain_graph=True)
+        (k_hf * torch.tensor(part(wk)).transpose(1, 2)).sum().backward()
 
     class Loss(ms.nn.Cell):
         def __init__(self):
@@ -368,7 +370,8 @@ def test_from_config_rotates_q_and_k_as_transformers_does(family, exec_mode):
     q_rot, k_rot = _run(exec_mode, layer if exec_mode == "GRAPH_MODE" else layer.construct, *inputs)
     grads = _run(exec_mode, ms.grad(Loss(), grad_position=(0, 1)), *inputs)
     for got, expected in ((q_rot, q_hf), (k_rot, k_hf), (grads[0], q_t.grad), (grads[1], k_t.grad)):
-        np.testing.assert_allclose(part(got.asnumpy()), expected.detach().transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+        expected = expected.detach().transpose(1, 2).numpy()
+        np.testing.assert_allclose(part(got.asnumpy()), expected, atol=MATCH * np.abs(expected).max(), rtol=0)
 
 
 @pytest.mark.parametrize("family", MROPE)
@@ -382,12 +385,14 @@ def test_from_config_rotates_mrope_q_and_k_as_transformers_does(family):
     positions = rng.integers(0, 3000, (len(section), 1, 9))
     q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
     k = rng.uniform(-1, 1, (1, 9, 1, 32)).astype(np.float32)
-    cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
-    q_hf, k_hf = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(k).transpose(1, 2),
-                                             cos_hf, sin_hf)
+    with torch_in_float64():
+        cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
+        q_hf, k_hf = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(k).transpose(1, 2),
+                                                 cos_hf, sin_hf)
     q_rot, k_rot = layer(ms.Tensor(q), ms.Tensor(k), positions)
     for got, expected in ((q_rot, q_hf), (k_rot, k_hf)):
-        np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+        expected = expected.transpose(1, 2).numpy()
+        np.testing.assert_allclose(got.asnumpy(), expected, atol=MATCH * np.abs(expected).max(), rtol=0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -9,6 +9,12 @@ import pytest
 
 import ms_rotary
 from ms_rotary import RopeConfig
+from tools.rope_families import MATCH, torch_in_float64
+
+
+def assert_matches(got, expected, err_msg=""):
+    """Within MATCH of transformers' own code run in float64 (torch_in_float64), relative to its largest value."""
+    np.testing.assert_allclose(got, expected, rtol=0, atol=MATCH * np.abs(expected).max(), err_msg=err_msg)
 
 POSITIONS = np.array([0, 1, 5, 17, 300, 4095, 9000])
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -95,18 +101,18 @@ def test_each_family_rotates_as_transformers_does(family):
     assert rope == RopeConfig.from_config(config.to_dict())  # an object and its config.json agree
     start, end = rope.partial_slice
     q = np.random.default_rng(3).uniform(-1, 1, (1, len(POSITIONS), heads, rope.head_dim)).astype(np.float32)
-    positions = torch.tensor(POSITIONS[None])
-    cos_hf, sin_hf = rotary_class(config)(torch.zeros(1, dtype=torch.float32), positions)
     part_only = model_type in ROTATED_PART_ONLY
-    q_hf = torch.tensor(q[..., start:end] if part_only else q).transpose(1, 2)
-    expected, _ = getattr(module, apply_name)(q_hf, q_hf, cos_hf, sin_hf)
+    with torch_in_float64():
+        cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(POSITIONS[None]))
+        q_hf = torch.tensor(q[..., start:end] if part_only else q).transpose(1, 2)
+        expected, _ = getattr(module, apply_name)(q_hf, q_hf, cos_hf, sin_hf)
     expected = expected.transpose(1, 2).numpy()
     cos, sin = rope.cos_sin(POSITIONS, seq_len=None)
     got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin).asnumpy()
     if part_only:
         np.testing.assert_array_equal(np.delete(got, np.s_[start:end], -1), np.delete(q, np.s_[start:end], -1))
         got = got[..., start:end]
-    np.testing.assert_allclose(got, expected, atol=5e-4, rtol=0)  # transformers computes angles in fp32
+    assert_matches(got, expected)
 
 
 def test_both_config_forms_give_the_same_facts():
@@ -276,13 +282,14 @@ def test_mrope_tables_rotate_as_transformers_does(family):
     assert rope.mrope_section == tuple(section) and rope.mrope_interleaved == MROPE[family][4]
     rng = np.random.default_rng(7)
     positions = rng.integers(0, 3000, (len(section), 1, 9))
-    cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
     q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
-    expected, _ = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(q).transpose(1, 2),
-                                              cos_hf, sin_hf)
+    with torch_in_float64():
+        cos_hf, sin_hf = rotary_class(config)(torch.zeros(1), torch.tensor(positions))
+        expected, _ = module.apply_rotary_pos_emb(torch.tensor(q).transpose(1, 2), torch.tensor(q).transpose(1, 2),
+                                                  cos_hf, sin_hf)
     cos, sin = rope.cos_sin(positions)
     got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
-    np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+    assert_matches(got.asnumpy(), expected.transpose(1, 2).numpy())
 
 
 @pytest.mark.parametrize("layer_type, head_dim, section", [("full_attention", 64, (4, 4)),
@@ -299,18 +306,19 @@ def test_neomme_alternates_row_and_column_as_transformers_does(layer_type, head_
     assert (rope.mrope_section, rope.mrope_interleaved) == (section, "alternate")
     rng = np.random.default_rng(11)
     positions = rng.integers(0, 3000, (2, 1, 9))  # row, column
-    cos_hf, sin_hf = modeling_neomme.NeoMMERotaryEmbedding(config)(torch.zeros(1), torch.tensor(positions),
-                                                                  layer_type)
     q = rng.uniform(-1, 1, (1, 9, 2, head_dim)).astype(np.float32)
     start, end = rope.partial_slice
-    q_hf = torch.tensor(q[..., start:end]).transpose(1, 2)
-    part, _ = modeling_neomme.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
+    with torch_in_float64():
+        cos_hf, sin_hf = modeling_neomme.NeoMMERotaryEmbedding(config)(torch.zeros(1), torch.tensor(positions),
+                                                                      layer_type)
+        q_hf = torch.tensor(q[..., start:end]).transpose(1, 2)
+        part, _ = modeling_neomme.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
     expected = np.concatenate([q[..., :start], part.transpose(1, 2).numpy(), q[..., end:]], -1)
     cos, sin = rope.cos_sin(positions)
     got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
-    np.testing.assert_allclose(got.asnumpy(), expected, atol=5e-4, rtol=0)
+    assert_matches(got.asnumpy(), expected)
     layer = ms_rotary.RotaryEmbedding.from_config(config.to_dict(), layer_type=layer_type, cache_positions=3000)
-    np.testing.assert_allclose(layer(ms.Tensor(q), None, positions[:, 0]).asnumpy(), expected, atol=5e-4, rtol=0)
+    assert_matches(layer(ms.Tensor(q), None, positions[:, 0]).asnumpy(), expected)
 
 
 @pytest.mark.parametrize("rope_parameters, match", [
@@ -346,14 +354,15 @@ def test_minimax_m3_vl_rotates_what_its_rotary_class_rotates_and_refuses_a_rotar
         assert (rope.partial_slice, rope.rotary_mode, rope.rope_theta) == ((0, 16), 0, 5e6)
     rng = np.random.default_rng(5)
     positions = rng.integers(0, 3500, (1, 9))
-    cos_hf, sin_hf = modeling_minimax_m3_vl.MiniMaxM3VLRotaryEmbedding(config.text_config)(torch.zeros(1),
-                                                                                          torch.tensor(positions))
     q = rng.uniform(-1, 1, (1, 9, 2, 32)).astype(np.float32)
-    q_hf = torch.tensor(q).transpose(1, 2)
-    expected, _ = modeling_minimax_m3_vl.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
+    with torch_in_float64():
+        cos_hf, sin_hf = modeling_minimax_m3_vl.MiniMaxM3VLRotaryEmbedding(config.text_config)(
+            torch.zeros(1), torch.tensor(positions))
+        q_hf = torch.tensor(q).transpose(1, 2)
+        expected, _ = modeling_minimax_m3_vl.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
     cos, sin = rope.cos_sin(positions[0])
     got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
-    np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0)
+    assert_matches(got.asnumpy(), expected.transpose(1, 2).numpy())
     default = transformers.CONFIG_MAPPING["minimax_m3_vl"](text_config=text)  # rotates all 32 lanes, says 16
     with pytest.raises(ValueError, match=r"model_type='minimax_m3_vl' with rotary_dim=16: its rotary class reads no "
                                          r"rotary_dim and rotates int\(head_dim \* partial_rotary_factor\) = 32"):
@@ -375,20 +384,21 @@ def test_cohere_compass_rotates_each_layer_type_as_transformers_does():
                 "rope_parameters": {**rope_parameters, "rope_theta": 1e6, "rope_type": "default"}}
     rng = np.random.default_rng(13)
     positions = rng.integers(0, 3500, (3, 1, 9))
-    rotary = modeling_cohere_compass.CohereCompassRotaryEmbedding(config)
     q = rng.uniform(-1, 1, (1, 9, 2, 48)).astype(np.float32)
+    with torch_in_float64():
+        rotary = modeling_cohere_compass.CohereCompassRotaryEmbedding(config)
     q_hf = torch.tensor(q).transpose(1, 2)
     # the sliding layers' default section sums above their 24 frequencies: sliced there as transformers slices it
     for layer_type, section, theta in (("full_attention", (6, 5, 5), 5e4), ("sliding_attention", (24, 20, 20), 1e4)):
         rope = RopeConfig.from_config(hub_json, layer_type=layer_type)
         assert (rope.rotary_mode, rope.partial_slice, rope.mrope_section, rope.mrope_interleaved, rope.rope_theta) \
             == (0, (0, 48), section, True, theta)
-        cos_hf, sin_hf = rotary(torch.zeros(1), torch.tensor(positions), layer_type)
-        expected, _ = modeling_cohere_compass.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
+        with torch_in_float64():
+            cos_hf, sin_hf = rotary(torch.zeros(1), torch.tensor(positions), layer_type)
+            expected, _ = modeling_cohere_compass.apply_rotary_pos_emb(q_hf, q_hf, cos_hf, sin_hf)
         cos, sin = rope.cos_sin(positions)
         got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin)
-        np.testing.assert_allclose(got.asnumpy(), expected.transpose(1, 2).numpy(), atol=5e-4, rtol=0,
-                                   err_msg=layer_type)
+        assert_matches(got.asnumpy(), expected.transpose(1, 2).numpy(), layer_type)
     flat = {**hub_json, "rope_parameters": {"rope_type": "default", "rope_theta": 5e4}}
     with pytest.raises(ValueError, match=r"model_type='cohere_compass_text' reads rope parameters only per layer type"):
         RopeConfig.from_config(flat)

@@ -6,6 +6,7 @@ matched, and the rope parameters its config class gives a config.json that lacks
 runs the same comparison against the committed table.
     python -m tools.rope_families            # needs torch and transformers; rewrites ms_rotary/families.py
 """
+import contextlib
 import functools
 import importlib
 import inspect
@@ -17,6 +18,9 @@ import warnings
 import numpy as np
 
 POSITIONS = np.array([0, 1, 5, 17, 300, 2047, 3500])
+# A match: max |ms_rotary - transformers| / max |transformers| with transformers' code in float64; ms_rotary's
+# tables are float64 rounded once to fp32 (2**-24 relative), q rotated in fp32: ~1e-7 where the formulas agree.
+MATCH = 1e-6
 MODES = ("half", "interleave")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT, DOCS = os.path.join(ROOT, "ms_rotary", "families.py"), os.path.join(ROOT, "docs", "families.md")
@@ -90,9 +94,51 @@ def layer_types(model_type):
     return [key for key in nested if key in used or not used] or [None]
 
 
+@contextlib.contextmanager
+def torch_in_float64():
+    """transformers' rotary code run in float64: its float32 casts (`.float()`, dtype=torch.float in factories
+    and `.to`) made float64, so a comparison sees its formulas rather than fp32's rounding of the angles (at
+    position 3500 an fp32 angle is off by up to 2.4e-4, its inverse frequencies by 6e-8 relative)."""
+    import torch
+    saved = {name: getattr(torch, name) for name in _TORCH_FACTORIES}
+    float_method, to_method, default = torch.Tensor.float, torch.Tensor.to, torch.get_default_dtype()
+
+    def widened(dtype):
+        return torch.float64 if dtype in (torch.float32, torch.float16, torch.bfloat16) else dtype
+
+    def factory(function):
+        def call(*args, **kwargs):
+            if "dtype" in kwargs:
+                kwargs["dtype"] = widened(kwargs["dtype"])
+            return function(*args, **kwargs)
+        return call
+
+    def to(self, *args, **kwargs):
+        args = tuple(widened(a) if isinstance(a, torch.dtype) else a for a in args)
+        if "dtype" in kwargs:
+            kwargs["dtype"] = widened(kwargs["dtype"])
+        return to_method(self, *args, **kwargs)
+
+    torch.set_default_dtype(torch.float64)
+    torch.Tensor.float, torch.Tensor.to = torch.Tensor.double, to
+    for name, function in saved.items():
+        setattr(torch, name, factory(function))
+    try:
+        yield
+    finally:
+        torch.Tensor.float, torch.Tensor.to = float_method, to_method
+        for name, function in saved.items():
+            setattr(torch, name, function)
+        torch.set_default_dtype(default)
+
+
+_TORCH_FACTORIES = ("arange", "linspace", "ones", "zeros", "full", "tensor", "empty", "ones_like", "zeros_like")
+
+
 def compare(model_type, mode, layer_type=None):
-    """Max |ms_rotary - transformers| of q rotated at POSITIONS under the family's default config (for one of
-    its layer types), or the reason it cannot be compared (a string)."""
+    """max |ms_rotary - transformers| / max |transformers| of q rotated at POSITIONS under the family's default
+    config (for one of its layer types), transformers' code run in float64 (torch_in_float64), or the reason it
+    cannot be compared (a string)."""
     import mindspore as ms
     import torch
 
@@ -113,6 +159,16 @@ def compare(model_type, mode, layer_type=None):
         got = ms_rotary.PartialRotaryMul(rope.rotary_mode, list(rope.partial_slice))(ms.Tensor(q), cos, sin).asnumpy()
     except Exception as error:  # noqa: BLE001
         return f"ms_rotary: {error}"
+    with torch_in_float64():
+        expected = _transformers_rotated(config, rotary_class, apply, rope, positions, q, layer_type)
+    if isinstance(expected, str):
+        return expected
+    return float(np.abs(got - expected).max() / np.abs(expected).max())
+
+
+def _transformers_rotated(config, rotary_class, apply, rope, positions, q, layer_type):
+    """q rotated by transformers' own rotary class and apply function at `positions`, or why it cannot be."""
+    import torch
     try:
         by_type = {} if layer_type is None else {"layer_type": layer_type}
         ids = torch.tensor(positions if positions.ndim == 3 else positions[None])
@@ -123,7 +179,7 @@ def compare(model_type, mode, layer_type=None):
         cos_hf, sin_hf = sin_hf, cos_hf
     start, end = rope.partial_slice
     try:
-        expected = _applied(apply, q, cos_hf, sin_hf)
+        return _applied(apply, q, cos_hf, sin_hf)
     except RuntimeError as error:  # a family whose attention hands apply only the rotated lanes (Persimmon)
         if (start, end) == (0, rope.head_dim):
             return f"transformers: {type(error).__name__}: {error}"
@@ -131,10 +187,9 @@ def compare(model_type, mode, layer_type=None):
             part = _applied(apply, q[..., start:end], cos_hf, sin_hf)
         except Exception as error:  # noqa: BLE001
             return f"transformers: {type(error).__name__}: {error}"
-        expected = np.concatenate([q[..., :start], part, q[..., end:]], -1)
+        return np.concatenate([q[..., :start], part, q[..., end:]], -1)
     except Exception as error:  # noqa: BLE001
         return f"transformers: {type(error).__name__}: {error}"
-    return float(np.abs(got - expected).max())
 
 
 def _applied(apply, q, cos, sin):
@@ -167,7 +222,7 @@ APPLIED_ELSEWHERE = {
 
 
 def discover():
-    """{model_type: (layout, default rope parameters)} of the families that match to 5e-4."""
+    """{model_type: (layout, default rope parameters)} of the families that match (MATCH)."""
     from transformers import CONFIG_MAPPING
     found = {}
     for model_type in sorted(CONFIG_MAPPING.keys()):
@@ -175,7 +230,7 @@ def discover():
             continue
         for mode in MODES:
             errors = [compare(model_type, mode, layer_type) for layer_type in layer_types(model_type)]
-            if all(not isinstance(error, str) and error < 5e-4 for error in errors):
+            if all(not isinstance(error, str) and error < MATCH for error in errors):
                 found[model_type] = (mode, default_rope_parameters(model_type))
                 break
     return found
