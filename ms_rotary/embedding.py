@@ -285,7 +285,7 @@ class RotaryEmbedding(nn.Cell):
         (ms_rotary/kv_cache.py). Layout BSND; not differentiable. From Python or inside a compiled network."""
         q_rot = self.planned_prologue(q, k, v, positions, k_cache, v_cache, slots, q_norm_weight, k_norm_weight,
                                       self.cos_cache, self.sin_cache)
-        if q_rot is not None:  # eagerly, a decode step whose signature's rules have passed once (kv_cache.py)
+        if q_rot is not None:  # eagerly, a decode step whose signature's rules have passed once (planned.py)
             return q_rot
         if self.layout != "BSND":
             raise ValueError(f"{LAYER}.prologue: the KV caches take k and v as [B, S, Nk, D]: build the layer with "

@@ -29,13 +29,7 @@ from .constraints import (
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
 from .planned import StepPlans, plannable
 from .routes import Route
-from .targets.base import (
-    as_tensor,
-    host_array,
-    host_integers,
-    host_positions,
-    new_outputs,
-)
+from .targets.base import as_tensor, host_array, host_integers, host_positions, new_outputs
 
 NOT_DIFFERENTIABLE = (f"{LAYER}.prologue writes the KV caches for inference and has no gradient; call the layer "
                       f"itself (rope(q, k, positions, ...)) where gradients are needed")
