@@ -114,8 +114,8 @@ MROPE_FAMILIES = {
     **dict.fromkeys(("qwen2_5_omni", "qwen2_5_omni_text", "qwen2_5_omni_thinker", "qwen2_5_omni_talker"),
                     ((16, 24, 24), False)),
     **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "hw")),
-    **dict.fromkeys(_HUNYUAN_VL, (None, "lanes")),
-    **dict.fromkeys(_COHERE_COMPASS, ((24, 20, 20), True))}  # no default section: refused without one
+    **dict.fromkeys(_HUNYUAN_VL, (None, "lanes")),  # no default section: refused without one
+    **dict.fromkeys(_COHERE_COMPASS, ((24, 20, 20), True))}
 # M-RoPE families whose section follows the rotated width: NeoMME's rotary class alternates row and column over
 # all rotary_dim / 2 frequencies of each layer type (two equal counts) and reads no section from its config.
 _MROPE_BY_WIDTH = {"neomme": "alternate"}
