@@ -4,8 +4,9 @@ of that signature checks only what values can break (positions and KV-cache rows
 materialised, contiguous and apart) and calls the compiled kernel with its other arguments bound. Whatever a plan
 does not take returns None, and the full path runs and refuses by name: a plan never raises a rule of its own.
 
-Plans serve PyNative with nothing recording, on the host, with the CPU kernel, one position a token (int64, at
-most FEW_POSITIONS tokens), out of place; everything else takes the full path."""
+Plans serve PyNative with nothing recording, on the host, with the CPU kernel, int64 positions of at most
+FEW_POSITIONS tokens (one a token, or M-RoPE's axes; not quarter mode's), out of place; everything else takes
+the full path."""
 import ctypes
 
 import mindspore as ms
@@ -53,15 +54,18 @@ class Plans:
 
 def plannable(kernel):
     """Whether a call's kernel can serve plans: the CPU kernel on the host, out of place, reading a cache at one
-    position a token."""
+    position a token or M-RoPE's several (a caller's positions are then the kernels' form: quarter mode's,
+    channel last, are not)."""
     if not (getattr(kernel, "on_host", False) and hasattr(kernel, "cache_read_entry")):
         return False
     call = kernel.call
-    return not call.in_place and call.cache is not None and call.cache.channels == 1 and not call.cache.rows_per_call
+    return not call.in_place and call.cache is not None and call.rotary_mode != 2 and not call.cache.rows_per_call
 
 
-def _few_int64(positions):
-    return positions.dtype is ms.int64 and len(positions.shape) <= 2 and 0 < positions.size <= FEW_POSITIONS
+def _few_int64(positions, channels):
+    """int64 positions in the kernels' form ([S], [B, S]; M-RoPE [N, S], [N, B, S]) of a few tokens."""
+    return positions.dtype is ms.int64 and len(positions.shape) in ((1, 2) if channels == 1 else (2, 3)) and \
+        0 < positions.size <= FEW_POSITIONS * channels
 
 
 def _ready(tensors):
@@ -76,16 +80,19 @@ class _CacheRead:
     """What a planned cache read binds: the kernel's entry for the signature, its positions' form and bounds."""
 
     def __init__(self, kernel, tensors, cos, positions, weights):
-        self.shared = len(positions.shape) == 1  # positions [S]: every batch row's
+        channels, shape = kernel.call.cache.channels, tuple(positions.shape)
+        self.depth = len(shape)  # of the nested lists tolist gives
+        self.shared = self.depth == (1 if channels == 1 else 2)  # no batch axis: every batch row's positions
         self.cos_rows = cos.shape[1]
-        positions_3d = (1, 1 if self.shared else positions.shape[0], positions.shape[-1])
+        positions_3d = (channels, 1 if self.shared else shape[-2], shape[-1])
         self.entry = kernel.cache_read_entry([t.shape for t in tensors], tensors[0].dtype, positions_3d, cos.shape,
                                              cos.dtype, [w.dtype for w in weights])
 
     def tokens(self, positions):
-        """(positions' values as read, flat), or None when one lies outside the cos/sin cache."""
+        """(positions' values as read, all of them flat), or None when one lies outside the cos/sin cache."""
         values = positions.tolist()
-        tokens = values if self.shared else [p for row in values for p in row]
+        tokens = values if self.depth == 1 else [p for row in values for p in row] if self.depth == 2 else \
+            [p for plane in values for row in plane for p in row]
         if min(tokens) < 0 or max(tokens) >= self.cos_rows:
             return None
         return values, tokens
@@ -105,7 +112,7 @@ class CallPlan:
 
     @classmethod
     def serving(cls, kernel, tensors, cos, sin, positions, weights):
-        if not plannable(kernel) or not _few_int64(positions) or \
+        if not plannable(kernel) or not _few_int64(positions, kernel.call.cache.channels) or \
                 sum(t.size for t in tensors) >= EAGER_OUT_OF_PLACE_MIN_SIZE:
             return None
         return cls(kernel, tensors, cos, positions, weights)
@@ -174,8 +181,8 @@ class StepPlan:
 
     @classmethod
     def serving(cls, kernel, paged, q, k, v, positions, rows, k_cache, v_cache, cos, sin, weights):
-        if not plannable(kernel) or not _few_int64(positions) or rows.dtype is not ms.int64 or \
-                q.size >= EAGER_OUT_OF_PLACE_MIN_SIZE:
+        if not plannable(kernel) or not _few_int64(positions, kernel.call.cache.channels) or \
+                rows.dtype is not ms.int64 or q.size >= EAGER_OUT_OF_PLACE_MIN_SIZE:
             return None
         return cls(kernel, paged, q, k, v, positions, rows, k_cache, v_cache, cos, sin, weights)
 

@@ -5,7 +5,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 from conftest import raw_bits
-from test_kv_cache import NK, NQ, B, D, P, _caches, _inputs, _layer
+from test_kv_cache import NK, NQ, B, D, P, _caches, _inputs
 
 from ms_rotary import RotaryEmbedding, planned
 
@@ -39,7 +39,8 @@ def calls_served_by_plans(monkeypatch):
 PLANNED = {"decode": (False, True, ms.float32, 1, 1, "BS"), "batched bf16": (False, False, ms.bfloat16, 2, 1, "BS"),
            "paged fp16": (True, True, ms.float16, 2, 1, "BS"), "shared positions": (False, True, ms.float32, 2, 3, "S"),
            "positions [S], fp16": (False, False, ms.float16, 1, 4, "S"),
-           "paged bf16 run": (True, False, ms.bfloat16, 1, 3, "BS")}
+           "paged bf16 run": (True, False, ms.bfloat16, 1, 3, "BS"),
+           "M-RoPE [3, B, S], paged": (True, True, ms.float32, 2, 1, "BS")}  # Qwen3-VL's decode, its sections
 
 
 @pytest.mark.parametrize("case", PLANNED)
@@ -47,7 +48,9 @@ def test_planned_decode_steps_write_what_the_full_path_writes(case, served_by_pl
     """Steps after the first of one signature run its plan: q_rot bit for bit the layer's, k's rotated rows and
     v's rows where they belong, every other row as it was; each step's values differ."""
     paged, norm, dtype, batch, seq, form = PLANNED[case]
-    layer, twin = _layer("aot", norm), _layer("aot", norm)
+    mrope = dict(mrope_section=(2, 3, 3), mrope_interleaved=True) if case.startswith("M-RoPE") else {}
+    layer, twin = (RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=P,
+                                   qk_norm_eps=1e-6 if norm else None, **mrope) for _ in range(2))
     twin.call_plans = None  # the reference: the layer's call, each a full path
     k_cache, v_cache = _caches(paged, dtype)
     k_cache, v_cache = (c if paged else c[:batch] for c in (k_cache, v_cache))
@@ -60,6 +63,8 @@ def test_planned_decode_steps_write_what_the_full_path_writes(case, served_by_pl
         q, k, v = q[:batch], k[:batch], v[:batch]
         spread = rng.permutation(P)[:batch * seq].reshape(batch, seq)
         positions = spread[0] if form == "S" else spread
+        if mrope:  # time, height, width of each token
+            positions = np.stack([positions, (positions * 3 + 1) % P, (positions * 5 + 2) % P])
         slots = rng.permutation(P * B)[:batch * seq].reshape(batch, seq)
         weights = (wq, wk) if norm else ()
         q_rot = layer.prologue(q, k, v, ms.Tensor(positions), k_cache, v_cache, ms.Tensor(slots) if paged else None,
@@ -114,18 +119,20 @@ def test_a_planned_signature_with_a_view_or_k_in_the_cache_takes_the_full_path()
     assert np.array_equal(raw_bits(k_cache)[:, 9:10], raw_bits(want_k))
 
 
-# the layer's own call: (norm, k given, dtype, positions' form, layout)
-CALLS = {"q and k with the norm": (True, True, ms.float32, "BS", "BSND"),
-         "q alone, bf16, positions [S]": (False, False, ms.bfloat16, "S", "BSND"),
-         "q and k, fp16, SBND": (False, True, ms.float16, "BS", "SBND"),
-         "q alone with the norm, BNSD": (True, False, ms.float32, "S", "BNSD")}
+# the layer's own call: (norm, k given, dtype, positions' form, layout, M-RoPE section and layout)
+CALLS = {"q and k with the norm": (True, True, ms.float32, "BS", "BSND", None),
+         "q alone, bf16, positions [S]": (False, False, ms.bfloat16, "S", "BSND", None),
+         "q and k, fp16, SBND": (False, True, ms.float16, "BS", "SBND", None),
+         "q alone with the norm, BNSD": (True, False, ms.float32, "S", "BNSD", None),
+         "M-RoPE [3, B, S] with the norm": (True, True, ms.float32, "BS", "BSND", ((2, 3, 3), True)),
+         "two-axis M-RoPE [2, S], bf16": (False, True, ms.bfloat16, "S", "BSND", ((8, 8), "alternate"))}
 SHAPES = {"BSND": lambda b, s, n: (b, s, n, D), "SBND": lambda b, s, n: (s, b, n, D),
           "BNSD": lambda b, s, n: (b, n, s, D)}
 
 
-def _call_layers(norm, layout="BSND", **kwargs):
+def _call_layers(norm, layout="BSND", mode="half", **kwargs):
     """A layer and its twin without plans (every call the full path)."""
-    layers = [RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=P, layout=layout,
+    layers = [RotaryEmbedding(D, None, mode, rope_theta=100.0, cache_positions=P, layout=layout,
                               qk_norm_eps=1e-6 if norm else None, **kwargs) for _ in range(2)]
     layers[1].call_plans = None
     return layers
@@ -140,13 +147,15 @@ def _call_inputs(rng, dtype, layout, batch=2, seq=3):
 
 @pytest.mark.parametrize("case", CALLS)
 def test_planned_layer_calls_give_the_full_paths_bits(case, calls_served_by_plans):
-    norm, with_k, dtype, form, layout = CALLS[case]
-    layer, twin = _call_layers(norm, layout)
+    norm, with_k, dtype, form, layout, mrope = CALLS[case]
+    extra = {} if mrope is None else dict(mrope_section=mrope[0], mrope_interleaved=mrope[1])
+    layer, twin = _call_layers(norm, layout, **extra)
+    axes = () if mrope is None else (len(mrope[0]),)  # M-RoPE: one row of positions an axis, axes first
     rng = np.random.default_rng(4)
     steps = 4
     for step in range(steps):
         q, k, weights = _call_inputs(rng, dtype, layout)
-        positions = rng.integers(0, P, 3 if form == "S" else (2, 3))
+        positions = rng.integers(0, P, (*axes, 3) if form == "S" else (*axes, 2, 3))
         args = (q, k if with_k else None, ms.Tensor(positions), *(weights[:2 if with_k else 1] if norm else ()))
         got, want = layer(*args), twin(*args)
         for g, w in zip(got if with_k else (got,), want if with_k else (want,)):
@@ -186,3 +195,13 @@ def test_a_planned_layer_call_that_grows_its_cache_or_records_a_gradient_takes_t
     assert np.array_equal(raw_bits(grads[0]), raw_bits(grads[1]))
     strided = ms.Tensor(np.random.default_rng(7).uniform(-1, 1, (2, 3, 2 * NQ, D)).astype(np.float32))[:, :, ::2]
     assert np.array_equal(raw_bits(layer(strided, k, near)[0]), raw_bits(twin(strided, k, near)[0]))
+
+
+def test_quarter_mode_takes_the_full_path(calls_served_by_plans):
+    """Its positions come channel last ([S, 2]), not in the kernels' form: no plan, every call the full path."""
+    layer, twin = _call_layers(False, mode="quarter")
+    q, k, _ = _call_inputs(np.random.default_rng(9), ms.float32, "BSND")
+    positions = ms.Tensor(np.stack([np.array([1, 2, 3]), np.array([0, 0, 5])], -1))
+    for _ in range(3):
+        assert np.array_equal(raw_bits(layer(q, k, positions)[0]), raw_bits(twin(q, k, positions)[0]))
+    assert calls_served_by_plans == [] and set(layer.call_plans.plans.plans.values()) == {None}
