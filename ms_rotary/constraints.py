@@ -131,9 +131,16 @@ def check_dtypes(dy_dtype, cos_dtype, sin_dtype, dy_name="dy"):
                         f"and sin {dtype_name(sin_element)}")
 
 
-def _byte_range(tensor):
+def byte_span(tensor):
+    """(first byte, end) of a tensor's memory; (0, 0) for an empty one, which overlaps nothing."""
+    if not tensor.size:
+        return 0, 0
     start = tensor.data_ptr()
     return start, start + tensor.nbytes
+
+
+def spans_overlap(a, b):
+    return a[0] < b[1] and b[0] < a[1]
 
 
 def require_contiguous(dy, dy_name="dy"):
@@ -176,9 +183,7 @@ def check_eager_inputs(tensors, names, cos, sin, in_place=True, writes_memory=Tr
 
 
 def overlap(a, b):
-    a_lo, a_hi = _byte_range(a)
-    b_lo, b_hi = _byte_range(b)
-    return a_lo < b_hi and b_lo < a_hi
+    return spans_overlap(byte_span(a), byte_span(b))
 
 
 # --- positions: a cache read at each token's position (RotaryEmbedding) ----------------------------------

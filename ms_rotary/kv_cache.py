@@ -21,10 +21,12 @@ from . import routes
 from .constraints import (
     LAYER,
     POSITION_DTYPES,
+    byte_span,
     check_eager_inputs,
     dtype_name,
     element_dtype,
     require_contiguous,
+    spans_overlap,
 )
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
 from .planned import StepPlans, plannable
@@ -75,18 +77,6 @@ def _checked_signature(*signature):
 def host_rows(rows):
     """Row indices (a tensor, an array or a list) as numpy on the host."""
     return host_integers(rows) if isinstance(rows, ms.Tensor) else np.asarray(rows)
-
-
-def byte_span(tensor):
-    """(first byte, end) of a tensor's memory; (0, 0) for an empty one, which overlaps nothing."""
-    if not tensor.size:
-        return 0, 0
-    start = tensor.data_ptr()
-    return start, start + tensor.nbytes
-
-
-def spans_overlap(a, b):
-    return a[0] < b[1] and b[0] < a[1]
 
 
 def _copy_rows(cache, values, targets):

@@ -91,11 +91,17 @@ class _CacheRead:
     def tokens(self, positions):
         """(positions' values as read, all of them flat), or None when one lies outside the cos/sin cache."""
         values = positions.tolist()
-        tokens = values if self.depth == 1 else [p for row in values for p in row] if self.depth == 2 else \
-            [p for plane in values for row in plane for p in row]
+        tokens = _flat(values, self.depth)
         if min(tokens) < 0 or max(tokens) >= self.cos_rows:
             return None
         return values, tokens
+
+
+def _flat(values, depth):
+    """The integers of a tensor's tolist() (nested `depth` deep) in one list."""
+    if depth == 1:
+        return values
+    return [p for row in values for p in row] if depth == 2 else [p for plane in values for row in plane for p in row]
 
 
 def _host_buffer(tensor):
@@ -161,7 +167,7 @@ class CallPlans:
             return
         key, (tensors, cos, sin, positions, weights) = self._key(q, k, positions, q_weight, k_weight, cos, sin)
         kernel = self.kernels.get((k is not None, bool(weights)))
-        if key is not None and kernel is not None and key not in self.plans.plans:
+        if kernel is not None:
             self.plans.learn(key, (kernel, tensors, cos, sin, positions, weights))
 
 
@@ -190,8 +196,7 @@ class StepPlan:
         """Each token's row of the caches (of [B * P] contiguous, [T] paged), or None when one lies outside
         them or two tokens share one."""
         if rows is not positions:
-            tokens = rows.tolist()
-            tokens = tokens if len(rows.shape) == 1 else [r for row in tokens for r in row]
+            tokens = _flat(rows.tolist(), len(rows.shape))
         if min(tokens) < 0 or max(tokens) >= self.limit:
             return None
         if self.paged or self.batch == 1:
