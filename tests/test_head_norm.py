@@ -6,7 +6,7 @@ inside a user's own Cell, on both backends."""
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import BACKENDS, DTYPES, cycled_cases, random_tensor, raw_bits, to_float64
+from conftest import BACKENDS, DTYPES, cycled_cases, kernel_bits, random_tensor, raw_bits, to_float64
 from mindspore import nn, ops
 from reference import rotary_forward, rotary_grad
 
@@ -383,6 +383,53 @@ def test_each_backend_and_thread_count_give_the_same_bits():
                 "float32", "float32", mode, start, end, threads) == 0
             grads.append((dx.copy(), dw.copy()))
         assert all(np.array_equal(a[0], grads[0][0]) and np.array_equal(a[1], grads[0][1]) for a in grads)
+
+
+def _as_float32(bits, dtype):
+    from ms_rotary import numpy_kernel
+    views = {"float32": np.float32, "float16": np.float16}
+    return numpy_kernel.to_float32(bits.view(views[dtype]) if dtype in views else bits, dtype)
+
+
+@pytest.mark.parametrize("cos_dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", range(4))
+def test_whole_heads_of_the_common_widths_write_the_numpy_kernels_bits(mode, dtype, cos_dtype):
+    """Heads of 64, 128 and 256 lanes rotated whole take the kernel's own path for them (rotary_rows.h,
+    norm_rotate_whole_rows: the row in registers, the next row summed ahead): the numpy kernel's bits for q and k,
+    in and out of place, on 1 and 3 threads (ranges ending mid-token), k's results fp32 subnormals (which bf16's
+    hardware conversion would flush); a width of 96 and a partial slice take the general path, checked alike."""
+    from ms_rotary import numpy_kernel
+    rng = np.random.default_rng(mode)
+    kernel = library.load(ms_rotary.compiled_kernel_path())
+    for width, (start, end) in ((64, (0, 64)), (128, (0, 128)), (256, (0, 256)), (96, (0, 96)), (128, (0, 64))):
+        b, s, positions = 2, 7, rng.integers(0, CACHE, (1, 2, 7))
+        q = kernel_bits(rng.uniform(-3, 3, (b, s, 3, width)), dtype)
+        k = kernel_bits(rng.uniform(-3, 3, (b, s, 1, width)), dtype)
+        weights = (rng.uniform(-1.5, 1.5, width).astype(np.float32),
+                   (rng.uniform(0.5, 1.5, width) * 3e-39).astype(np.float32))  # k's norm: subnormal results
+        cos, sin = (kernel_bits(rng.uniform(-1, 1, (1, CACHE, 1, end - start)), cos_dtype) for _ in range(2))
+        expected = []
+        with numpy_kernel.default_fp_environment():
+            cos32, sin32 = (_as_float32(c, cos_dtype)[0, positions[0]] for c in (cos, sin))
+            for x, weight in zip((q, k), weights):
+                normed = numpy_kernel.head_norm(_as_float32(x, dtype), weight, EPS)
+                rotated = numpy_kernel.rotate(normed, cos32, sin32, mode, start, end, False)
+                expected.append(numpy_kernel.from_float32(rotated, dtype).view(x.dtype))
+        assert (expected[1] != 0).any() and (expected[1] & (0x7f80 if dtype == "bfloat16" else 0) == 0).all()
+        for threads in (1, 3):
+            for in_place in (True, False):
+                q_in, k_in = q.copy(), k.copy()
+                q_out, k_out = (None, None) if in_place else (np.empty_like(q), np.empty_like(k))
+                assert kernel.norm_by_positions(
+                    q_in.ctypes.data, None if in_place else q_out.ctypes.data, k_in.ctypes.data,
+                    None if in_place else k_out.ctypes.data, weights[0].ctypes.data, weights[1].ctypes.data,
+                    ("float32", "float32"), EPS, 0.0, cos.ctypes.data, sin.ctypes.data, positions.ctypes.data,
+                    positions.shape, None, (0, 1), q.shape, k.shape, cos.shape, dtype, cos_dtype, mode, start, end,
+                    threads) == 0
+                got = (q_in, k_in) if in_place else (q_out, k_out)
+                for name, have, want in zip("qk", got, expected):
+                    assert np.array_equal(have, want), (width, start, end, name, threads, in_place)
 
 
 @pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])

@@ -86,7 +86,7 @@ Status run_head_norm(const RotaryProblem &p, const Geometry &g, int64_t rows, in
   for (int64_t i = 0; i < g.D; ++i) gain[i] = norm.offset + weight_at(norm, i);  // Gemma: 1.0 + w.float()
   if (!p.conjugate) {
     void *out = p.out != nullptr ? p.out : p.dy;
-    const NormFn fn = norm_rows_for(p.rotary_mode, p.dy_dtype, p.cos_dtype);
+    const NormFn fn = norm_rows_for(p.rotary_mode, p.dy_dtype, p.cos_dtype, g.D, g.start, g.end);
     const int threads = pick_threads(num_threads, rows, rows * g.D);
     parallel_for(threads, rows, [&](int64_t b, int64_t e) { fn(p.dy, out, p.cos, p.sin, g, gain.data(), norm.eps, b, e); });
     return kOk;

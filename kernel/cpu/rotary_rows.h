@@ -15,9 +15,9 @@
 // stay separate vectors, so there is no alternating +/- pattern for GCC to fuse into FMA (vfmaddsub
 // ignores -ffp-contract=off): results match the numpy fallback bit for bit.
 //
-// This header holds the row loops (templates); rotate_rows.cc, norm_rows.cc and norm_grad_rows.cc each
-// instantiate one family of them for every mode and dtype pair, so the build compiles them in parallel;
-// rotary_kernel.cc checks a call, picks its instance and splits its rows over threads.
+// This header holds the row loops (templates); rotate_rows.cc, norm_rows.cc, norm_whole_rows.cc and
+// norm_grad_rows.cc each instantiate one family of them for every mode and dtype pair, so the build compiles
+// them in parallel; rotary_kernel.cc checks a call, picks its instance and splits its rows over threads.
 #ifndef MS_ROTARY_KERNEL_CPU_ROTARY_ROWS_H_
 #define MS_ROTARY_KERNEL_CPU_ROTARY_ROWS_H_
 
@@ -543,21 +543,27 @@ struct PickRotateRows {
 // tail lanes one by one. So the numpy kernel and every build agree bit for bit.
 constexpr int kNormSums = 16;
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// The 16 running sums of one 512-bit register folded in halves (lane k += lane k + 8, + 4, + 2, + 1) without a
+// trip through memory (the scalar loop below spills them to the stack between halvings: ~20% of a 128-lane
+// row's norm and rotation, NOTES.md, issue 37).
+static_assert(kNormSums == 16 && kChunk == kNormSums, "one 512-bit register of sums");
+inline float fold_sums(Vec sums) {
+  const __m512 acc = reinterpret_cast<__m512>(sums);
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+}
+#endif
+
 inline float sum_of_products(const float *a, const float *b, int64_t n) {
   const int64_t full = n - n % kNormSums;
   float total;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-  // The same sums in one register, folded without a trip through memory (the loop below spills the 16 sums
-  // to the stack between halvings: ~20% of a 128-lane row's norm and rotation, NOTES.md, issue 37).
-  static_assert(kNormSums == 16, "one 512-bit register of sums");
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < full; i += kNormSums) {
-    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
-  }
-  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
-  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
-  total = _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+  Vec acc = {};
+  for (int64_t i = 0; i < full; i += kNormSums) acc = acc + load_vec(a + i) * load_vec(b + i);
+  total = fold_sums(acc);
 #else
   float acc[kNormSums] = {};
   for (int64_t i = 0; i < full; i += kNormSums) {
@@ -597,6 +603,81 @@ __attribute__((flatten)) void norm_rotate_rows(const T *x, T *out, const U *cos,
     rotate_slice<false, ModeLayout<MODE>::x, ModeLayout<MODE>::y>(v + g.start, o + g.start, cs, g.len);
   }
 }
+
+// The forward for a whole-row rotation of a common head width D (norm_whole_rows.cc: 64, 128 or 256 lanes),
+// the row held in registers: norm_rotate_rows computes the same values in the same order (so the same bits) but
+// moves each row through a stack buffer twice, and each row's sum -> root -> divide chain holds back the rest of
+// that row, which fills the out-of-order window. Here the next row is loaded and summed before this row is
+// scaled and rotated, so that chain overlaps this row's work (half the time a row from cache: NOTES.md, issue 37).
+
+// Pair chunk k of a row held as D / kChunk vectors: its a and b lanes in layout L (indices fold to constants).
+template <Layout L, int D>
+inline void row_chunk(const Vec *v, int k, Vec &a, Vec &b) {
+  constexpr int m = D / Blocks<L>::count, per_block = m / 2;
+  const int j = k * kChunk, base = j / per_block * m, i = j % per_block;
+  if (Blocks<L>::pairs) {
+    a = __builtin_shuffle(v[(base + 2 * i) / kChunk], v[(base + 2 * i) / kChunk + 1], kEven);
+    b = __builtin_shuffle(v[(base + 2 * i) / kChunk], v[(base + 2 * i) / kChunk + 1], kOdd);
+  } else {
+    a = v[(base + i) / kChunk];
+    b = v[(base + i + m / 2) / kChunk];
+  }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// A row's lanes into registers as fp32, and sum_of_products(row, row) (kChunk == kNormSums: one running sum a lane).
+template <int D, typename T>
+inline float load_row_and_sum_squares(const T *row, Vec *v) {
+  Vec acc = {};
+#pragma GCC unroll 16
+  for (int k = 0; k < D / kChunk; ++k) {
+    v[k] = load_vec(row + k * kChunk);
+    acc = acc + v[k] * v[k];
+  }
+  return fold_sums(acc);
+}
+
+template <int MODE, int D, typename T, typename U>
+__attribute__((flatten)) void norm_rotate_whole_rows(const T *x, T *out, const U *cos, const U *sin,
+                                                     const Geometry &geometry, const float *gain, float eps,
+                                                     int64_t row_begin, int64_t row_end) {
+  constexpr int kVecs = D / kChunk;
+  constexpr Layout IN = ModeLayout<MODE>::x, OUT = ModeLayout<MODE>::y;
+  constexpr int m = D / Blocks<OUT>::count, per_block = m / 2;
+  if (row_begin >= row_end) return;
+  const Geometry g = geometry;
+  CosRowCache<MODE, U> cos_rows;
+  int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
+  Vec v[kVecs], next[kVecs] = {};
+  float sum = load_row_and_sum_squares<D>(x + row_begin * D, v);
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const CosSinLanes &cs = cos_rows.for_key(g, cos, sin, CosRowCache<MODE, U>::key(g, b, srow, n));
+    if (++n == g.N) {
+      n = 0;
+      if (++srow == g.S) {
+        srow = 0;
+        ++b;
+      }
+    }
+    const float r = 1.0f / std::sqrt(sum / static_cast<float>(D) + eps);  // inverse_rms
+    // The whole row is in registers: in place, its stores below cannot change what is read here or next.
+    if (row + 1 < row_end) sum = load_row_and_sum_squares<D>(x + (row + 1) * D, next);
+    T *o = out + row * D;
+#pragma GCC unroll 16
+    for (int k = 0; k < kVecs; ++k) v[k] = v[k] * r * load_vec(gain + k * kChunk);
+#pragma GCC unroll 8
+    for (int k = 0; k < kVecs / 2; ++k) {
+      const int j = k * kChunk, i = j % per_block;
+      Vec ia, ib, ra, rb;
+      row_chunk<IN, D>(v, k, ia, ib);
+      rotate<false>(ia, ib, load_vec(cs.ca + j), load_vec(cs.cb + j), load_vec(cs.sa + j), load_vec(cs.sb + j), ra, rb);
+      store_chunk<OUT>(ra, rb, o + j / per_block * m, i, m);
+    }
+#pragma GCC unroll 16
+    for (int k = 0; k < kVecs; ++k) v[k] = next[k];
+  }
+}
+#endif
 
 // Backward: d = R^T dy (the gradient at n), then through the norm with xhat = x * r, gd = d * gain:
 // dx = r * (gd - xhat * sum(gd * xhat) / D); the gain's gradient sum(d * xhat) over the rows, added into
@@ -652,6 +733,23 @@ void norm_grad_rows_erased(const void *dy, const void *x, void *dx, const void *
                        static_cast<const U *>(cos), static_cast<const U *>(sin), g, gain, eps, weight_grad, b, e);
 }
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+template <int MODE, int D, typename T, typename U>
+void norm_rotate_whole_rows_erased(const void *x, void *out, const void *cos, const void *sin, const Geometry &g,
+                                   const float *gain, float eps, int64_t b, int64_t e) {
+  DefaultFpEnvironment fp_environment;
+  norm_rotate_whole_rows<MODE, D>(static_cast<const T *>(x), static_cast<T *>(out), static_cast<const U *>(cos),
+                                  static_cast<const U *>(sin), g, gain, eps, b, e);
+}
+
+template <int D>
+struct PickNormWholeRows {
+  using Fn = NormFn;
+  template <int MODE, typename T, typename U>
+  static Fn get() { return norm_rotate_whole_rows_erased<MODE, D, T, U>; }
+};
+#endif
+
 struct PickNormRows {
   using Fn = NormFn;
   template <int MODE, typename T, typename U>
@@ -664,9 +762,12 @@ struct PickNormGradRows {
   static Fn get() { return norm_grad_rows_erased<MODE, T, U>; }
 };
 
-// Each family's instance for a call (rotate_rows.cc, norm_rows.cc, norm_grad_rows.cc).
+// Each family's instance for a call (rotate_rows.cc, norm_rows.cc, norm_whole_rows.cc, norm_grad_rows.cc).
 RowFn rotate_rows_for(bool conjugate, int64_t mode, DType dy_dtype, DType cos_dtype);
-NormFn norm_rows_for(int64_t mode, DType dy_dtype, DType cos_dtype);
+// norm_rotate_whole_rows' instance where the build has one for a whole-row rotation of that width (else null:
+// norm_whole_rows.cc), else norm_rotate_rows' (norm_rows.cc).
+NormFn norm_rows_for(int64_t mode, DType dy_dtype, DType cos_dtype, int64_t D, int64_t start, int64_t end);
+NormFn norm_whole_rows_for(int64_t mode, DType dy_dtype, DType cos_dtype, int64_t D);
 NormGradFn norm_grad_rows_for(int64_t mode, DType dy_dtype, DType cos_dtype);
 
 }  // namespace row_loops
