@@ -4,7 +4,7 @@ for each thread count asked. With --against REV, the kernel at that git revision
 builds run in turn: alternating them, and comparing each to the loop in the same process, is what makes a
 10-20% difference visible on machines this noisy. Needs python3, g++ and cc only (no package: it runs as it
 is on a bare server).
-    python3 -m benchmarks.kernel_ab [--against REV] [--rounds N] [--threads 1,2,4,8,16]
+    python3 -m benchmarks.kernel_ab [--against REV] [--rounds N] [--threads 1,2,4,8,16] [--norm]
     python3 -m benchmarks.kernel_ab --build DIR                       builds kernel_rows into DIR only
 """
 import argparse
@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import tempfile
 
-from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS
+from benchmarks.cases import D_SCALING_DS, D_SCALING_ROWS, LARGE_CASES, LOOP_FLAGS, NORM_CASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # By path, as setup.py loads it: importing ms_rotary would need MindSpore.
@@ -29,6 +29,10 @@ CASES = {f"{label.removesuffix('-like')} {DTYPE_NAMES[dtype]}": (shape, (start, 
          for label, shape, (start, end), mode, dtype in LARGE_CASES}
 CASES["GPT-NeoX fp16"] = ((4, 4096, 32, 128), (0, 64), 0, "float16")  # the kernel's third storage type
 CASES.update({f"D={d} fp32": (D_SCALING_ROWS + (d,), (0, 64), 0, "float32") for d in D_SCALING_DS})
+NORM = {f"{label.removesuffix('-like')} norm {DTYPE_NAMES[dtype]}": (shape, (start, end), mode, dtype)
+        for label, shape, (start, end), mode, dtype in NORM_CASES}
+
+
 def build_loop(out_dir):
     """slice_touch.c as an object: the loop every kernel build is compared with."""
     loop = os.path.join(out_dir, "slice_touch.o")
@@ -42,7 +46,9 @@ def build(kernel_dir, slice_touch, out_dir, name):
     # the revision's kernel files (one file before the row loops were split out), without MindSpore's AOT entry
     kernel = [source for source in sorted(glob.glob(os.path.join(kernel_dir, "*.cc")))
               if os.path.basename(source) != "aot_entry.cc"]
-    subprocess.run(["g++", "-O3", *kernel_build.NATIVE, *kernel_build.FLAGS, "-I", kernel_dir,
+    with open(os.path.join(kernel_dir, "rotary_kernel.h")) as header:
+        norm = ["-DKERNEL_ROWS_HEAD_NORM"] if "struct HeadNorm" in header.read() else []
+    subprocess.run(["g++", "-O3", *kernel_build.NATIVE, *kernel_build.FLAGS, *norm, "-I", kernel_dir,
                     os.path.join(ROOT, "benchmarks", "kernel_rows.cc"), *kernel, slice_touch, "-o", binary], check=True)
     return binary
 
@@ -67,7 +73,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--build", metavar="DIR", help="only build DIR/kernel_rows (for kernel_rows.sh) and exit")
     parser.add_argument("--threads", default="2", help="comma-separated thread counts (default 2)")
+    parser.add_argument("--norm", action="store_true", help="the head norm's cases (NORM_CASES) instead")
     args = parser.parse_args()
+    cases = NORM if args.norm else CASES
     thread_counts = [int(t) for t in args.threads.split(",")]
     if args.build:
         print(build(os.path.join(ROOT, "kernel", "cpu"), build_loop(args.build), args.build, "kernel_rows"))
@@ -78,21 +86,21 @@ def main():
         if args.against:
             builds[args.against] = build(kernel_at(args.against, out_dir), slice_touch, out_dir, "kernel_rows_rev")
         columns = [(name, threads) for threads in thread_counts for name in builds]
-        ratios = {(case, column): [] for case in CASES for column in columns}
-        millis = {(case, column): [] for case in CASES for column in columns}
+        ratios = {(case, column): [] for case in cases for column in columns}
+        millis = {(case, column): [] for case in cases for column in columns}
         for _ in range(args.rounds):
-            for case, (shape, (start, end), mode, dtype) in CASES.items():
+            for case, (shape, (start, end), mode, dtype) in cases.items():
                 for name, threads in columns:
-                    case_args = [*shape, start, end, mode, dtype, threads, 9]  # ... threads, repeats
+                    case_args = [*shape, start, end, mode, dtype, threads, 9] + ["norm"] * args.norm  # 9 repeats
                     line = subprocess.run([builds[name], *map(str, case_args)], check=True, capture_output=True,
                                           text=True).stdout
                     ratios[(case, (name, threads))].append(float(re.search(r"kernel/loop ([0-9.]+)", line).group(1)))
                     millis[(case, (name, threads))].append(float(re.search(r"kernel ([0-9.]+) ms", line).group(1)))
     print(f"kernel/loop time, median over {args.rounds} round(s) (kernel ms in brackets), from memory, "
           f"{os.cpu_count()} CPUs here")
-    print("case".ljust(16) + "".join(f"{name}, {threads} thr".rjust(24) for name, threads in columns))
-    for case in CASES:
-        print(case.ljust(16) + "".join(f"{statistics.median(ratios[(case, c)]):.2f} "
+    print("case".ljust(20) + "".join(f"{name}, {threads} thr".rjust(24) for name, threads in columns))
+    for case in cases:
+        print(case.ljust(20) + "".join(f"{statistics.median(ratios[(case, c)]):.2f} "
                                        f"({statistics.median(millis[(case, c)]):.2f})".rjust(24) for c in columns))
 
 

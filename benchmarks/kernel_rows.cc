@@ -2,9 +2,11 @@
 // read and rewritten by the simplest loop), alternating the two so machine noise hits both alike. When dy is
 // larger than 8 MiB every timed call starts from caches full of other dirty data (as benchmarks/run.py does).
 // Build and run the standard cases with benchmarks/kernel_rows.sh.
-//   kernel_rows B S N D start end mode dtype threads [repeats [pages]]
+//   kernel_rows B S N D start end mode dtype threads [repeats] [pages] [norm]
 //   dtype: float32 | float16 | bfloat16; pages: 4k (default, what MindSpore's buffers get here) or 2m
-//   (dy in transparent 2 MiB pages: rules out TLB misses as the cost of rows far apart).
+//   (dy in transparent 2 MiB pages: rules out TLB misses as the cost of rows far apart); norm: the forward
+//   with the head norm before the rotation (q/k RMSNorm, weight 1), which reads and writes whole rows, so the
+//   loop does too (built with -DKERNEL_ROWS_HEAD_NORM, for kernels that have the norm).
 // dy starts 16 bytes past a 4 KiB page, as MindSpore's large buffers do here (data_ptr() % 4096 == 16); the
 // offset matters to prefetch experiments. cos/sin are [1, S, 1, end - start].
 #include <algorithm>
@@ -77,14 +79,24 @@ void run_touch(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 10) {
-    std::fprintf(stderr, "usage: %s B S N D start end mode dtype threads [repeats [4k|2m]]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s B S N D start end mode dtype threads [repeats] [4k|2m] [norm]\n", argv[0]);
     return 2;
   }
   const int64_t B = std::atoll(argv[1]), S = std::atoll(argv[2]), N = std::atoll(argv[3]), D = std::atoll(argv[4]);
   const int64_t start = std::atoll(argv[5]), end = std::atoll(argv[6]), mode = std::atoll(argv[7]);
   const ms_rotary::DType dtype = ms_rotary::dtype_from_name(argv[8]);
-  const int threads = std::atoi(argv[9]), repeats = argc > 10 ? std::atoi(argv[10]) : 15;
-  const bool huge = argc > 11 && std::strcmp(argv[11], "2m") == 0;
+  const int threads = std::atoi(argv[9]);
+  int repeats = 15;
+  bool huge = false, norm = false;
+  for (int i = 10; i < argc; ++i) {
+    if (std::strcmp(argv[i], "2m") == 0 || std::strcmp(argv[i], "4k") == 0) {
+      huge = argv[i][0] == '2';
+    } else if (std::strcmp(argv[i], "norm") == 0) {
+      norm = true;
+    } else {
+      repeats = std::atoi(argv[i]);
+    }
+  }
   const int64_t item = dtype == ms_rotary::kFloat32 ? 4 : 2, len = end - start, rows = B * S * N;
 
   const size_t dy_bytes = rows * D * item;
@@ -95,6 +107,19 @@ int main(int argc, char **argv) {
   Case c{{dy, nullptr, table.data(), table.data() + S * len * item, {B, S, N, D}, {1, S, 1, len}, {1, S, 1, len},
           dtype, dtype, dtype, mode, start, end, true},
          threads, rows, D * item, start * item, len * item};
+  const std::vector<float> unit_weight(D, 1.0f);
+  if (norm) {
+#ifdef KERNEL_ROWS_HEAD_NORM
+    c.problem.conjugate = false;
+    c.problem.norm.weight = unit_weight.data();
+    c.problem.norm.eps = 1e-6f;
+    c.offset = 0;  // whole rows read and written
+    c.bytes = D * item;
+#else
+    std::fprintf(stderr, "this kernel has no head norm\n");
+    return 2;
+#endif
+  }
 
   std::vector<unsigned char> other(dy_bytes > (size_t{8} << 20) ? size_t{96} << 20 : 0);
   const auto evict_caches = [&other] {
@@ -110,12 +135,12 @@ int main(int argc, char **argv) {
     touch.push_back(seconds_of(run_touch, &c));
     ratio.push_back(kernel.back() / touch.back());
   }
-  const double moved = (2.0 * rows * len + 2.0 * S * len) * item, k = median(kernel), t = median(touch);
-  std::printf("[%lld,%lld,%lld,%lld] [%lld,%lld) mode %lld %s, %d thread(s): kernel %.3f ms %.1f GB/s, "
+  const double moved = 2.0 * rows * c.bytes + 2.0 * S * len * item, k = median(kernel), t = median(touch);
+  std::printf("[%lld,%lld,%lld,%lld] [%lld,%lld) mode %lld %s%s, %d thread(s): kernel %.3f ms %.1f GB/s, "
               "%.1f ns/row/thread | same-bytes loop %.3f ms %.1f GB/s | kernel/loop %.2f",
               (long long)B, (long long)S, (long long)N, (long long)D, (long long)start, (long long)end,
-              (long long)mode, argv[8], threads, k * 1e3, moved / k / 1e9, k * 1e9 * threads / rows, t * 1e3,
-              moved / t / 1e9, median(ratio));
+              (long long)mode, argv[8], norm ? " with the head norm" : "", threads, k * 1e3, moved / k / 1e9,
+              k * 1e9 * threads / rows, t * 1e3, moved / t / 1e9, median(ratio));
   if (huge) std::printf(" | in 2 MiB pages: %ld MiB (dy %zu MiB)", anon_huge_kib() / 1024, dy_bytes >> 20);
   std::printf("\n");
   return 0;
