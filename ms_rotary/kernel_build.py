@@ -6,8 +6,8 @@ import tempfile
 
 # The kernel (plain C++), its longest translation units first: the row loops' instances compile in parallel
 # (rotary_rows.h); then MindSpore's AOT entry.
-KERNEL_SOURCES = ["kernel/cpu/rotate_rows.cc", "kernel/cpu/norm_grad_rows.cc", "kernel/cpu/norm_whole_rows.cc",
-                  "kernel/cpu/norm_rows.cc", "kernel/cpu/rotary_kernel.cc"]
+KERNEL_SOURCES = ["kernel/cpu/norm_whole_rows.cc", "kernel/cpu/rotate_rows.cc", "kernel/cpu/norm_rows.cc",
+                  "kernel/cpu/norm_grad_rows.cc", "kernel/cpu/rotary_kernel.cc"]
 SOURCES = KERNEL_SOURCES + ["kernel/cpu/aot_entry.cc"]
 # Old C++ ABI: MindSpore's AOT interface passes std::string built that way (an attribute read segfaults
 # otherwise). No FMA contraction: fp32 results then match the numpy fallback bit for bit.

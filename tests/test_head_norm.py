@@ -432,6 +432,45 @@ def test_whole_heads_of_the_common_widths_write_the_numpy_kernels_bits(mode, dty
                     assert np.array_equal(have, want), (width, start, end, name, threads, in_place)
 
 
+@pytest.mark.parametrize("mode,dtype", [(0, "float32"), (1, "bfloat16"), (3, "float16")])
+def test_large_results_streamed_past_the_cache_keep_the_numpy_kernels_bits(mode, dtype):
+    """Out of place, a thread's results of 8 MiB or more are written with streaming stores (rotary_rows.h,
+    kStreamBytes): the numpy kernel's bits there too, into a buffer 16 bytes past a 64-byte boundary (where
+    MindSpore's large buffers start), on 1 and 2 threads (16 MiB of q: each thread's 8 MiB streamed; k's few
+    rows are not)."""
+    from ms_rotary import numpy_kernel
+    rng = np.random.default_rng(mode)
+    item = 4 if dtype == "float32" else 2
+    seq = (16 << 20) // (32 * 128 * item)
+    q = kernel_bits(rng.uniform(-3, 3, (1, seq, 32, 128)), dtype)
+    k = kernel_bits(rng.uniform(-3, 3, (1, seq, 1, 128)), dtype)
+    weight = rng.uniform(-1.5, 1.5, 128).astype(np.float32)
+    cos, sin = (kernel_bits(rng.uniform(-1, 1, (1, CACHE, 1, 128)), "float32") for _ in range(2))
+    positions = rng.integers(0, CACHE, (1, 1, seq))
+    expected = []
+    with numpy_kernel.default_fp_environment():
+        cos32, sin32 = (c.view(np.float32)[0, positions[0, 0]][None] for c in (cos, sin))
+        for x in (q, k):
+            rotated = numpy_kernel.rotate(numpy_kernel.head_norm(_as_float32(x, dtype), weight, EPS), cos32, sin32,
+                                          mode, 0, 128, False)
+            expected.append(numpy_kernel.from_float32(rotated, dtype).view(x.dtype))
+    kernel = library.load(ms_rotary.compiled_kernel_path())
+    for threads in (1, 2):
+        outs = []
+        for x in (q, k):
+            buffer = np.empty(x.nbytes + 128, np.uint8)
+            at = (-buffer.ctypes.data) % 64 + 16
+            outs.append(buffer[at:at + x.nbytes].view(x.dtype).reshape(x.shape))
+        assert outs[0].ctypes.data % 64 == 16
+        assert kernel.norm_by_positions(
+            q.ctypes.data, outs[0].ctypes.data, k.ctypes.data, outs[1].ctypes.data, weight.ctypes.data,
+            weight.ctypes.data, ("float32", "float32"), EPS, 0.0, cos.ctypes.data, sin.ctypes.data,
+            positions.ctypes.data, positions.shape, None, (0, 1), q.shape, k.shape, cos.shape, dtype, "float32", mode,
+            0, 128, threads) == 0
+        for name, have, want in zip("qk", outs, expected):
+            assert np.array_equal(have, want), (name, threads)
+
+
 @pytest.mark.parametrize("exec_mode", ["pynative", "GRAPH_MODE"])
 def test_a_grad_of_grad_is_refused_by_name(exec_mode):
     layer = _layer(0, "aot")
