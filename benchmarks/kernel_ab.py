@@ -28,6 +28,9 @@ DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 CASES = {f"{label.removesuffix('-like')} {DTYPE_NAMES[dtype]}": (shape, (start, end), mode, dtype)
          for label, shape, (start, end), mode, dtype in LARGE_CASES}
 CASES["GPT-NeoX fp16"] = ((4, 4096, 32, 128), (0, 64), 0, "float16")  # the kernel's third storage type
+# The whole head rotated (Llama, Qwen, Mistral): the most common width of all
+CASES.update({f"Llama {DTYPE_NAMES[dtype]}": ((4, 4096, 32, 128), (0, 128), 0, dtype)
+              for dtype in ("float32", "bfloat16")})
 CASES.update({f"D={d} fp32": (D_SCALING_ROWS + (d,), (0, 64), 0, "float32") for d in D_SCALING_DS})
 NORM = {f"{label.removesuffix('-like')} norm {DTYPE_NAMES[dtype]}": (shape, (start, end), mode, dtype)
         for label, shape, (start, end), mode, dtype in NORM_CASES}

@@ -121,7 +121,12 @@ inline Vec load_vec(const _Float16 *p) {
 #endif
 }
 inline Vec load_vec(const BF16 *p) {
+#if defined(__AVX512BW__)  // one widening load (GCC splits the generic form below into 256-bit halves)
+  return reinterpret_cast<Vec>(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16));
+#else
   return reinterpret_cast<Vec>(__builtin_convertvector(load_bytes<HalfBits>(p), Bits) << 16);
+#endif
 }
 
 inline void store_vec(float *p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
