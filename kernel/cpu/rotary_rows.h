@@ -686,8 +686,7 @@ __attribute__((flatten)) void norm_rotate_whole_rows(const T *x, T *out, const U
   CosRowCache<MODE, U> cos_rows;
   int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
   // Out of place, a thread's results of kStreamBytes or more leave the cache before anything reads them again:
-  // streamed, they are not first read into it (1.2x fewer ns a row from memory at two threads, NOTES.md,
-  // issue 37).
+  // streamed, they are not first read into it (the fp32 prefill in 0.75x the time: NOTES.md, issue 37).
   const bool stream = static_cast<const void *>(x) != static_cast<const void *>(out) &&
                       (row_end - row_begin) * D * static_cast<int64_t>(sizeof(T)) >= kStreamBytes &&
                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
