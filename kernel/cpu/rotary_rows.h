@@ -32,6 +32,7 @@
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
+#include <type_traits>
 #include <utility>
 
 namespace ms_rotary {
@@ -239,8 +240,34 @@ inline void put_vec(T *p, Vec v) {
   }
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+// A chunk's two bf16 vectors by one conversion (vcvtne2ps2bf16: store_vec's rounding, one instruction for
+// both) into `packed`, lo's lanes first; false where a lane is subnormal (store_vec then converts them).
+inline bool to_bf16_pair(Vec lo, Vec hi, __m512i &packed) {
+  const __m512 l = reinterpret_cast<__m512>(lo), h = reinterpret_cast<__m512>(hi);
+  if ((_mm512_fpclass_ps_mask(l, 0x20) | _mm512_fpclass_ps_mask(h, 0x20)) != 0) return false;
+  packed = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h, l));
+  return true;
+}
+#endif
+
 template <Layout L, bool STREAM = false, typename T>
 inline void store_chunk(Vec a, Vec b, T *block, int64_t i, int64_t m) {
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  if constexpr (std::is_same_v<T, BF16> && !STREAM) {
+    __m512i packed;
+    if (Blocks<L>::pairs) {
+      if (to_bf16_pair(__builtin_shuffle(a, b, kFirstHalf), __builtin_shuffle(a, b, kSecondHalf), packed)) {
+        _mm512_storeu_si512(block + 2 * i, packed);  // the two halves' lanes follow each other
+        return;
+      }
+    } else if (to_bf16_pair(a, b, packed)) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(block + i), _mm512_castsi512_si256(packed));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(block + i + m / 2), _mm512_extracti64x4_epi64(packed, 1));
+      return;
+    }
+  }
+#endif
   if (Blocks<L>::pairs) {
     put_vec<STREAM>(block + 2 * i, __builtin_shuffle(a, b, kFirstHalf));
     put_vec<STREAM>(block + 2 * i + kChunk, __builtin_shuffle(a, b, kSecondHalf));
