@@ -16,7 +16,7 @@ from mindspore._c_expression import _unsafe_set_version_counter
 from mindspore.graph.api import _pynative_executor
 
 from . import library, routes
-from .constraints import FEW_POSITIONS, element_dtype
+from .constraints import FEW_POSITIONS, element_dtype, spans_overlap
 from .routes import Route
 from .targets.base import DTYPE_NAMES, EAGER_OUT_OF_PLACE_MIN_SIZE, HOST_DTYPES, tensor_sharing
 
@@ -217,16 +217,14 @@ class StepPlan:
             return None
         pointers = [t.data_ptr() for t in read_tensors]
         k_cache_at, v_cache_at = k_cache.data_ptr(), v_cache.data_ptr()
-        k_end, v_end = k_cache_at + self.cache_bytes[0], v_cache_at + self.cache_bytes[1]
-        v_at, v_at_end = pointers[2], pointers[2] + self.sizes[2]
-        if (k_cache_at < v_end and v_cache_at < k_end) or (v_at < k_end and k_cache_at < v_at_end) or \
-                (v_at < v_end and v_cache_at < v_at_end):
+        k_span, v_span = (k_cache_at, k_cache_at + self.cache_bytes[0]), (v_cache_at, v_cache_at + self.cache_bytes[1])
+        v_in = (pointers[2], pointers[2] + self.sizes[2])
+        if spans_overlap(k_span, v_span) or spans_overlap(v_in, k_span) or spans_overlap(v_in, v_span):
             return None  # the full path refuses these
         count, first, row_bytes = len(targets), targets[0], self.row_bytes
         direct = targets[-1] - first == count - 1 and (count == 1 or targets == list(range(first, first + count)))
-        for at, size in zip(pointers, self.sizes):  # k's rows into the cache only where no input shares it
-            if direct and at < k_end and k_cache_at < at + size:
-                direct = False
+        # k's rows into the cache only where no input shares its memory
+        direct = direct and not any(spans_overlap((at, at + size), k_span) for at, size in zip(pointers, self.sizes))
         shape, host, name = self.q_out
         q_out = np.empty(shape, host)
         k_buffer = None if direct else np.empty((count, row_bytes), np.uint8)
@@ -238,11 +236,11 @@ class StepPlan:
         if status:
             library.raise_for_status(status)
         if direct:  # v's rows follow each other as k's do: one copy
-            ctypes.memmove(v_cache_at + first * row_bytes, v_at, count * row_bytes)
+            ctypes.memmove(v_cache_at + first * row_bytes, v_in[0], count * row_bytes)
         else:
             for index, target in enumerate(targets):
                 ctypes.memmove(k_cache_at + target * row_bytes, k_out + index * row_bytes, row_bytes)
-                ctypes.memmove(v_cache_at + target * row_bytes, v_at + index * row_bytes, row_bytes)
+                ctypes.memmove(v_cache_at + target * row_bytes, v_in[0] + index * row_bytes, row_bytes)
         _unsafe_set_version_counter([k_cache, v_cache], [k_cache._version + 1, v_cache._version + 1])
         return tensor_sharing(q_out, name)
 

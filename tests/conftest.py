@@ -208,6 +208,13 @@ def kernel_bits(values, dtype):
     return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
+def kernel_float32(bits, dtype):
+    """kernel_bits' raw bits as float32 values, as the kernel reads them (numpy_kernel.to_float32)."""
+    from ms_rotary import numpy_kernel
+    views = {"float32": np.float32, "float16": np.float16}
+    return numpy_kernel.to_float32(bits.view(views[dtype]) if dtype in views else bits, dtype)
+
+
 def run_kernel(kernel, dy, cos, sin, dtypes, mode, start, end, conjugate, out=None):
     """One call of library.CompiledKernel `kernel` on numpy arrays of kernel_bits, on one thread."""
     dy_dtype, cos_dtype = dtypes

@@ -6,7 +6,7 @@ inside a user's own Cell, on both backends."""
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import BACKENDS, DTYPES, cycled_cases, kernel_bits, random_tensor, raw_bits, to_float64
+from conftest import BACKENDS, DTYPES, cycled_cases, kernel_bits, kernel_float32, random_tensor, raw_bits, to_float64
 from mindspore import nn, ops
 from reference import rotary_forward, rotary_grad
 
@@ -385,12 +385,6 @@ def test_each_backend_and_thread_count_give_the_same_bits():
         assert all(np.array_equal(a[0], grads[0][0]) and np.array_equal(a[1], grads[0][1]) for a in grads)
 
 
-def _as_float32(bits, dtype):
-    from ms_rotary import numpy_kernel
-    views = {"float32": np.float32, "float16": np.float16}
-    return numpy_kernel.to_float32(bits.view(views[dtype]) if dtype in views else bits, dtype)
-
-
 @pytest.mark.parametrize("cos_dtype", DTYPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", range(4))
@@ -411,9 +405,9 @@ def test_whole_heads_of_the_common_widths_write_the_numpy_kernels_bits(mode, dty
         cos, sin = (kernel_bits(rng.uniform(-1, 1, (1, CACHE, 1, end - start)), cos_dtype) for _ in range(2))
         expected = []
         with numpy_kernel.default_fp_environment():
-            cos32, sin32 = (_as_float32(c, cos_dtype)[0, positions[0]] for c in (cos, sin))
+            cos32, sin32 = (kernel_float32(c, cos_dtype)[0, positions[0]] for c in (cos, sin))
             for x, weight in zip((q, k), weights):
-                normed = numpy_kernel.head_norm(_as_float32(x, dtype), weight, EPS)
+                normed = numpy_kernel.head_norm(kernel_float32(x, dtype), weight, EPS)
                 rotated = numpy_kernel.rotate(normed, cos32, sin32, mode, start, end, False)
                 expected.append(numpy_kernel.from_float32(rotated, dtype).view(x.dtype))
         assert (expected[1] != 0).any() and (expected[1] & (0x7f80 if dtype == "bfloat16" else 0) == 0).all()
@@ -451,7 +445,7 @@ def test_large_results_streamed_past_the_cache_keep_the_numpy_kernels_bits(mode,
     with numpy_kernel.default_fp_environment():
         cos32, sin32 = (c.view(np.float32)[0, positions[0, 0]][None] for c in (cos, sin))
         for x in (q, k):
-            rotated = numpy_kernel.rotate(numpy_kernel.head_norm(_as_float32(x, dtype), weight, EPS), cos32, sin32,
+            rotated = numpy_kernel.rotate(numpy_kernel.head_norm(kernel_float32(x, dtype), weight, EPS), cos32, sin32,
                                           mode, 0, 128, False)
             expected.append(numpy_kernel.from_float32(rotated, dtype).view(x.dtype))
     kernel = library.load(ms_rotary.compiled_kernel_path())

@@ -7,7 +7,7 @@ import platform
 import builds
 import numpy as np
 import pytest
-from conftest import DTYPES
+from conftest import DTYPES, kernel_float32
 from conftest import kernel_bits as bits_of
 from conftest import run_kernel as run
 
@@ -85,13 +85,9 @@ def test_every_path_writes_the_numpy_kernels_bits(mode, dy_dtype, cos_dtype, con
     dy = bits_of(values, dy_dtype)
     cos = bits_of(rng.uniform(-1, 1, (1, shape[1], 1, end - start)), cos_dtype)
     sin = bits_of(rng.uniform(-1, 1, (1, shape[1], 1, end - start)), cos_dtype)
-    as_float = {"float32": lambda a: a.view(np.float32), "float16": lambda a: a.view(np.float16),
-                "bfloat16": lambda a: a}
     with numpy_kernel.default_fp_environment():
-        rotated = numpy_kernel.rotate(numpy_kernel.to_float32(as_float[dy_dtype](dy), dy_dtype),
-                                      numpy_kernel.to_float32(as_float[cos_dtype](cos), cos_dtype),
-                                      numpy_kernel.to_float32(as_float[cos_dtype](sin), cos_dtype), mode, start, end,
-                                      conjugate)
+        rotated = numpy_kernel.rotate(kernel_float32(dy, dy_dtype), kernel_float32(cos, cos_dtype),
+                                      kernel_float32(sin, cos_dtype), mode, start, end, conjugate)
     expected = numpy_kernel.from_float32(rotated, dy_dtype)
     expected = expected.view(dy.dtype) if dy_dtype != "bfloat16" else expected
     if dy_dtype == "bfloat16":

@@ -480,6 +480,22 @@ struct CosRowCache {
   }
 };
 
+// Where a row of [B, S, N] sits (batch, token, head), stepped along with the row loop rather than divided out
+// again for each row.
+struct RowIndex {
+  int64_t b, s, n;
+  RowIndex(const Geometry &g, int64_t row) : b(row / (g.N * g.S)), s((row / g.N) % g.S), n(row % g.N) {}
+  void advance(const Geometry &g, int64_t heads) {  // by `heads` rows, at most to the token's last head
+    if ((n += heads) == g.N) {
+      n = 0;
+      if (++s == g.S) {
+        s = 0;
+        ++b;
+      }
+    }
+  }
+};
+
 // Rows [row_begin, row_end) of dy; `out` is dy (in place) or a separate tensor that also gets the lanes
 // outside the slice. flatten: the chunk helpers must inline into the row loop to stay in registers.
 template <int MODE, bool CONJ, typename T, typename U>
@@ -491,14 +507,14 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
   CosRowCache<MODE, U> cos_rows;
   const int64_t slice_bytes = g.len * static_cast<int64_t>(sizeof(T));
   const PrefetchRows ahead = prefetch_rows(slice_bytes, g.D * static_cast<int64_t>(sizeof(T)));
-  int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
+  RowIndex at(g, row_begin);
   // Heads of one token that read the same cos row run as one inner loop, with no lookup between them.
   const bool in_place = static_cast<const void *>(dy) == static_cast<const void *>(out);
   const bool heads_share_cos = g.lane_channels == nullptr &&
                                (g.positions != nullptr ? g.positions_strides[2] == 0 : g.cos_n_stride == 0);
   for (int64_t row = row_begin; row < row_end;) {
-    const CosSinLanes &cs = cos_rows.for_key(g, cos, sin, CosRowCache<MODE, U>::key(g, b, srow, n));
-    const int64_t run = heads_share_cos ? std::min(g.N - n, row_end - row) : 1;
+    const CosSinLanes &cs = cos_rows.for_key(g, cos, sin, CosRowCache<MODE, U>::key(g, at.b, at.s, at.n));
+    const int64_t run = heads_share_cos ? std::min(g.N - at.n, row_end - row) : 1;
     const int64_t run_end = row + run;
     if (in_place && g.len == kFixedLen) {  // the common case, with nothing decided a row
       for (; row < run_end; ++row) {
@@ -521,13 +537,7 @@ __attribute__((flatten)) void rotate_rows(const T *dy, T *out, const U *cos, con
         rotate_slice<CONJ, in_layout, out_layout>(src, dst, cs, g.len);
       }
     }
-    if ((n += run) == g.N) {
-      n = 0;
-      if (++srow == g.S) {
-        srow = 0;
-        ++b;
-      }
-    }
+    at.advance(g, run);
   }
 }
 
@@ -640,8 +650,13 @@ inline float sum_of_products(const float *a, const float *b, int64_t n) {
   return total;
 }
 
+// 1 / sqrt(mean of the squares + eps), from the sum of a row's n squares.
+inline float inverse_rms_of_sum(float sum_of_squares, int64_t n, float eps) {
+  return 1.0f / std::sqrt(sum_of_squares / static_cast<float>(n) + eps);
+}
+
 inline float inverse_rms(const float *v, int64_t n, float eps) {
-  return 1.0f / std::sqrt(sum_of_products(v, v, n) / static_cast<float>(n) + eps);
+  return inverse_rms_of_sum(sum_of_products(v, v, n), n, eps);
 }
 
 // Forward: each row read once into fp32, normalised (n = x * r * gain), its slice rotated from n, the row
@@ -711,7 +726,7 @@ __attribute__((flatten)) void norm_rotate_whole_rows(const T *x, T *out, const U
   if (row_begin >= row_end) return;
   const Geometry g = geometry;
   CosRowCache<MODE, U> cos_rows;
-  int64_t n = row_begin % g.N, srow = (row_begin / g.N) % g.S, b = row_begin / (g.N * g.S);
+  RowIndex at(g, row_begin);
   // Out of place, a thread's results of kStreamBytes or more leave the cache before anything reads them again:
   // streamed, they are not first read into it (the fp32 prefill in 0.75x the time: NOTES.md, issue 37).
   const bool stream = static_cast<const void *>(x) != static_cast<const void *>(out) &&
@@ -720,15 +735,9 @@ __attribute__((flatten)) void norm_rotate_whole_rows(const T *x, T *out, const U
   Vec v[kVecs], next[kVecs] = {};
   float sum = load_row_and_sum_squares<D>(x + row_begin * D, v);
   for (int64_t row = row_begin; row < row_end; ++row) {
-    const CosSinLanes &cs = cos_rows.for_key(g, cos, sin, CosRowCache<MODE, U>::key(g, b, srow, n));
-    if (++n == g.N) {
-      n = 0;
-      if (++srow == g.S) {
-        srow = 0;
-        ++b;
-      }
-    }
-    const float r = 1.0f / std::sqrt(sum / static_cast<float>(D) + eps);  // inverse_rms
+    const CosSinLanes &cs = cos_rows.for_key(g, cos, sin, CosRowCache<MODE, U>::key(g, at.b, at.s, at.n));
+    at.advance(g, 1);
+    const float r = inverse_rms_of_sum(sum, D, eps);
     // The whole row is in registers: in place, its stores below cannot change what is read here or next.
     if (row + 1 < row_end) sum = load_row_and_sum_squares<D>(x + (row + 1) * D, next);
     T *o = out + row * D;
