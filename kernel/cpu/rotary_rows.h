@@ -417,24 +417,37 @@ struct Geometry {
 // address would wait behind them: rows stop overlapping in memory; NOTES.md, issue 38).
 // What is prefetched and why: slices far apart (a slice under half its row, or under 4 cache lines) defeat the
 // hardware prefetcher, each row a new stream, often a new page. Each such slice is requested twice: into L2
-// ~4 KiB of slices ahead (4..64 rows), then into L1 a quarter of that ahead, which completes from L2, so the
-// rotation's work overlaps the memory time (an L1 request alone, ~1 KiB ahead, left 16-bit rows at 1.3-1.5x
-// the same-bytes loop: NOTES.md, issue 38). Only the slice's lines are read (whole rows cost up to 2x: NOTES.md,
-// issue 27). Dense slices (at least half their row and 4 lines) stream well on their own, and a software
-// prefetch there only costs issue slots.
+// ~4 KiB of slices ahead (4..64 rows), then into L1 nearer, which completes from L2, so the rotation's work
+// overlaps the memory time (an L1 request alone, ~1 KiB ahead, left 16-bit rows at 1.3-1.5x the same-bytes
+// loop: NOTES.md, issue 38). How near is the one figure that differed between the machines measured: a quarter
+// of the L2 distance on the Intel Xeon (512 B ahead was slower there), two rows on AMD (measured on Zen 4), where,
+// as inferred, a farther L1 request holds an L1 fill buffer while L2's is still out: DeepSeek-like bf16 rows at 2
+// threads went from 1.12-1.19x the loop to 1.03-1.08x (NOTES.md, issue 38). Only the slice's lines are read
+// (whole rows cost up to 2x: NOTES.md, issue 27). Dense slices (at least half their row and 4 lines) stream well
+// on their own, and a software prefetch there only costs issue slots.
 struct PrefetchRows {
   int64_t into_l2 = 0, into_l1 = 0;  // rows ahead; 0: none
 };
 
+inline bool near_l1_prefetch() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+#else
+  return false;
+#endif
+}
+
 inline PrefetchRows prefetch_rows(int64_t slice_bytes, int64_t row_bytes) {
   if (slice_bytes >= 256 && 2 * slice_bytes >= row_bytes) return {};
   const int64_t into_l2 = std::min<int64_t>(64, std::max<int64_t>(4, 4096 / std::max<int64_t>(slice_bytes, 1)));
-  return {into_l2, into_l2 / 4};
+  return {into_l2, near_l1_prefetch() ? 2 : into_l2 / 4};
 }
 
-// LOCALITY: 3 into L1, 2 into L2 (prefetcht0, prefetcht1).
+// LOCALITY: 3 into L1, 2 into L2 (prefetcht0, prefetcht1). always_inline here and below: GCC 12 takes a function
+// that only prefetches for one without side effects and drops calls to it that are not yet inlined.
 template <int LOCALITY>
-inline void prefetch_slice(const void *p, int64_t bytes) {
+__attribute__((always_inline)) inline void prefetch_slice(const void *p, int64_t bytes) {
   const char *c = static_cast<const char *>(p);
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, LOCALITY);
   __builtin_prefetch(c + bytes - 1, 0, LOCALITY);
@@ -442,8 +455,8 @@ inline void prefetch_slice(const void *p, int64_t bytes) {
 
 // Both requests for the slice at `slice`, `row` of rows ending at row_end; `stride`: elements a row.
 template <typename T>
-inline void prefetch_ahead(const T *slice, int64_t row, int64_t row_end, int64_t stride, int64_t bytes,
-                           PrefetchRows ahead) {
+__attribute__((always_inline)) inline void prefetch_ahead(const T *slice, int64_t row, int64_t row_end,
+                                                         int64_t stride, int64_t bytes, PrefetchRows ahead) {
   if (ahead.into_l2 == 0) return;
   if (row + ahead.into_l2 < row_end) prefetch_slice<2>(slice + ahead.into_l2 * stride, bytes);
   if (row + ahead.into_l1 < row_end) prefetch_slice<3>(slice + ahead.into_l1 * stride, bytes);
