@@ -2,13 +2,14 @@
 // read and rewritten by the simplest loop), alternating the two so machine noise hits both alike. When dy is
 // larger than 8 MiB every timed call starts from caches full of other dirty data (as benchmarks/run.py does).
 // Build and run the standard cases with benchmarks/kernel_rows.sh.
-//   kernel_rows B S N D start end mode dtype threads [repeats] [pages] [norm]
+//   kernel_rows B S N D start end mode dtype threads [repeats] [pages] [norm] [aligned]
 //   dtype: float32 | float16 | bfloat16; pages: 4k (default, what MindSpore's buffers get here) or 2m
 //   (dy in transparent 2 MiB pages: rules out TLB misses as the cost of rows far apart); norm: the forward
 //   with the head norm before the rotation (q/k RMSNorm, weight 1), which reads and writes whole rows, so the
 //   loop does too (built with -DKERNEL_ROWS_HEAD_NORM, for kernels that have the norm).
 // dy starts 16 bytes past a 4 KiB page, as MindSpore's large buffers do here (data_ptr() % 4096 == 16); the
-// offset matters to prefetch experiments. cos/sin are [1, S, 1, end - start].
+// offset matters to prefetch experiments; `aligned` puts dy on the page itself, to measure what the offset costs.
+// cos/sin are [1, S, 1, end - start].
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -79,7 +80,8 @@ void run_touch(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 10) {
-    std::fprintf(stderr, "usage: %s B S N D start end mode dtype threads [repeats] [4k|2m] [norm]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s B S N D start end mode dtype threads [repeats] [4k|2m] [norm] [aligned]\n",
+                 argv[0]);
     return 2;
   }
   const int64_t B = std::atoll(argv[1]), S = std::atoll(argv[2]), N = std::atoll(argv[3]), D = std::atoll(argv[4]);
@@ -87,12 +89,14 @@ int main(int argc, char **argv) {
   const ms_rotary::DType dtype = ms_rotary::dtype_from_name(argv[8]);
   const int threads = std::atoi(argv[9]);
   int repeats = 15;
-  bool huge = false, norm = false;
+  bool huge = false, norm = false, aligned = false;
   for (int i = 10; i < argc; ++i) {
     if (std::strcmp(argv[i], "2m") == 0 || std::strcmp(argv[i], "4k") == 0) {
       huge = argv[i][0] == '2';
     } else if (std::strcmp(argv[i], "norm") == 0) {
       norm = true;
+    } else if (std::strcmp(argv[i], "aligned") == 0) {
+      aligned = true;
     } else {
       repeats = std::atoi(argv[i]);
     }
@@ -101,7 +105,8 @@ int main(int argc, char **argv) {
 
   const size_t dy_bytes = rows * D * item;
   std::vector<unsigned char> table(2 * S * len * item);
-  unsigned char *dy = map_bytes(dy_bytes + 16, huge) + 16;
+  const size_t offset = aligned ? 0 : 16;
+  unsigned char *dy = map_bytes(dy_bytes + offset, huge) + offset;
   for (size_t i = 0; i < dy_bytes; i += 2) dy[i + 1] = 0x3c;  // ~1.0 in every dtype's top byte
   for (size_t i = 0; i < table.size(); i += 2) table[i + 1] = 0x3b;  // ~0.7: cos and sin
   Case c{{dy, nullptr, table.data(), table.data() + S * len * item, {B, S, N, D}, {1, S, 1, len}, {1, S, 1, len},
@@ -136,11 +141,11 @@ int main(int argc, char **argv) {
     ratio.push_back(kernel.back() / touch.back());
   }
   const double moved = 2.0 * rows * c.bytes + 2.0 * S * len * item, k = median(kernel), t = median(touch);
-  std::printf("[%lld,%lld,%lld,%lld] [%lld,%lld) mode %lld %s%s, %d thread(s): kernel %.3f ms %.1f GB/s, "
+  std::printf("[%lld,%lld,%lld,%lld] [%lld,%lld) mode %lld %s%s%s, %d thread(s): kernel %.3f ms %.1f GB/s, "
               "%.1f ns/row/thread | same-bytes loop %.3f ms %.1f GB/s | kernel/loop %.2f",
               (long long)B, (long long)S, (long long)N, (long long)D, (long long)start, (long long)end,
-              (long long)mode, argv[8], norm ? " with the head norm" : "", threads, k * 1e3, moved / k / 1e9,
-              k * 1e9 * threads / rows, t * 1e3, moved / t / 1e9, median(ratio));
+              (long long)mode, argv[8], norm ? " with the head norm" : "", aligned ? ", dy page-aligned" : "", threads,
+              k * 1e3, moved / k / 1e9, k * 1e9 * threads / rows, t * 1e3, moved / t / 1e9, median(ratio));
   if (huge) std::printf(" | in 2 MiB pages: %ld MiB (dy %zu MiB)", anon_huge_kib() / 1024, dy_bytes >> 20);
   std::printf("\n");
   return 0;
