@@ -12,6 +12,7 @@
 // cos/sin are [1, S, 1, end - start].
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +54,19 @@ long anon_huge_kib() {  // AnonHugePages of this process, to show whether 2 MiB 
   }
   std::fclose(f);
   return kib;
+}
+
+// `count` elements of `dtype` equal to `value` (bf16: its top 16 bits, so a little under it).
+void fill(unsigned char *p, size_t count, ms_rotary::DType dtype, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const _Float16 half = static_cast<_Float16>(value);
+  const uint16_t bf16 = static_cast<uint16_t>(bits >> 16);
+  for (size_t i = 0; i < count; ++i) {
+    if (dtype == ms_rotary::kFloat32) std::memcpy(p + 4 * i, &value, 4);
+    if (dtype == ms_rotary::kFloat16) std::memcpy(p + 2 * i, &half, 2);
+    if (dtype == ms_rotary::kBFloat16) std::memcpy(p + 2 * i, &bf16, 2);
+  }
 }
 
 double median(std::vector<double> v) {
@@ -107,8 +121,12 @@ int main(int argc, char **argv) {
   std::vector<unsigned char> table(2 * S * len * item);
   const size_t offset = aligned ? 0 : 16;
   unsigned char *dy = map_bytes(dy_bytes + offset, huge) + offset;
-  for (size_t i = 0; i < dy_bytes; i += 2) dy[i + 1] = 0x3c;  // ~1.0 in every dtype's top byte
-  for (size_t i = 0; i < table.size(); i += 2) table[i + 1] = 0x3b;  // ~0.7: cos and sin
+  // dy about 1, cos 0.6 and sin 0.8: each in-place call is then a rotation that keeps the values near 1 over any
+  // number of repeats (a table under that, as before, shrank them by ~2^-8 a call: subnormal after ~15 calls,
+  // which puts the bf16 stores on their slow path, then zero).
+  fill(dy, dy_bytes / item, dtype, 1.0f);
+  fill(table.data(), S * len, dtype, 0.6f);
+  fill(table.data() + S * len * item, S * len, dtype, 0.8f);
   Case c{{dy, nullptr, table.data(), table.data() + S * len * item, {B, S, N, D}, {1, S, 1, len}, {1, S, 1, len},
           dtype, dtype, dtype, mode, start, end, true},
          threads, rows, D * item, start * item, len * item};

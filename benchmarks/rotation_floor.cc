@@ -65,8 +65,8 @@ double median_ns_per_row(F f) {
 template <typename T>
 void run(const char *name, float zero) {
   std::vector<T> x(static_cast<size_t>(kRows) * kHeadDim);
-  std::memset(x.data(), 0x3c, x.size() * sizeof(T));
-  std::vector<float> cos(kRows / kHeads * kLen, 0.5f), sin(cos.size(), 0.25f);
+  for (T &lane : x) ms_rotary::row_loops::store(&lane, 1.0f);  // a rotation (0.6^2 + 0.8^2 = 1) keeps it near 1
+  std::vector<float> cos(kRows / kHeads * kLen, 0.6f), sin(cos.size(), 0.8f);
   const double rotation = median_ns_per_row([&] { rotate_rows(x.data(), cos.data(), sin.data()); });
   const double touch = median_ns_per_row([&] { touch_rows(x.data(), zero); });
   std::printf("%s [%d,%d] [0,%d) half, from cache, 1 thread: rotation floor %.2f ns/row, same-bytes loop %.2f "
