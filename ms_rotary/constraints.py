@@ -178,8 +178,14 @@ def check_eager_inputs(tensors, names, cos, sin, in_place=True, writes_memory=Tr
     for index, (tensor, name) in enumerate(written):
         for other, other_name in [*written[index + 1:], (cos, "cos"), (sin, "sin")]:
             if other.size and overlap(tensor, other):
-                raise ValueError(f"{_PREFIX}: {other_name} shares memory with {name}; the op writes {name} in place, "
-                                 f"pass {other_name} in memory of its own")
+                raise ValueError(shared_memory_error(_PREFIX, name, other_name))
+
+
+def shared_memory_error(op, written, other):
+    """The refusal of a call that writes `written` in place while `other` shares its memory: eagerly, and by the
+    apart guard of a graph (targets/cpu.py, ApartGuard)."""
+    return (f"{op}: {other} shares memory with {written}, which it writes in place; pass {other} in memory of "
+            f"its own")
 
 
 def overlap(a, b):

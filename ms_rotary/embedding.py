@@ -189,7 +189,7 @@ class RotaryEmbedding(nn.Cell):
         self.inverse_q, self.inverse_qk = (rotary(replace(c, conjugate=True), backend, "RotaryEmbedding.inverse")
                                            for c in (call, with_k))
         self.backend = self.rotate_q.backend
-        self.write_contiguous, self.write_paged = (KVCacheWrite(paged, self.rotate_q.kernel.write_guard)
+        self.write_contiguous, self.write_paged = (KVCacheWrite(paged, self.rotate_q.kernel)
                                                    for paged in (False, True))
         self.head_norm = _head_norm(qk_norm_eps, qk_norm_offset)
         if self.head_norm is not None and self.inplace and self.backend == "ascend":
@@ -200,8 +200,9 @@ class RotaryEmbedding(nn.Cell):
                 (ComposedNorm if self.backend == "ascend" else rotary)(replace(c, norm=self.head_norm), self.backend,
                                                                        "RotaryEmbedding") for c in (call, with_k))
         rotation = self.rotate_qk if self.head_norm is None else self.norm_qk
-        self.prologue_contiguous, self.prologue_paged = (Prologue(rotation, write, self.head_norm is not None)
-                                                         for write in (self.write_contiguous, self.write_paged))
+        self.prologue_contiguous, self.prologue_paged = (
+            Prologue(rotation, write, self.head_norm is not None, self.rows, self.transposed)
+            for write in (self.write_contiguous, self.write_paged))
         # eager calls planned once per signature (planned.py): a cache read out of place, q's result as is
         plain = self.rows is None and self.query_scale is None
         plans = (self.prologue_contiguous.plans, self.prologue_paged.plans) if plain and layout == "BSND" else \
@@ -297,10 +298,11 @@ class RotaryEmbedding(nn.Cell):
                              f"cache rows as slots")
         _check_norm_weights_given(self.head_norm, k, q_norm_weight, k_norm_weight)
         positions = self._tensor_positions(positions)
-        if self.rows is None and self.query_scale is None:  # one call shape: kv_cache.Prologue
+        if self.query_scale is None:  # one call shape: kv_cache.Prologue
             prologue = self.prologue_contiguous if slots is None else self.prologue_paged
             return prologue(q, k, v, positions, positions if slots is None else slots, k_cache, v_cache,
                             self.cos_cache, self.sin_cache, q_norm_weight, k_norm_weight)
+        # q scaled after its rotation (llama_4_scaling_beta, never in place): the rotation, then the write
         q_rot, k_rot = self._rotate(q, k, positions, False, q_norm_weight, k_norm_weight)
         if slots is None:
             return self.write_contiguous(q_rot, k_rot, v, positions, k_cache, v_cache)

@@ -12,6 +12,8 @@ tried before is in benchmarks/NOTES.md):
   Tensor.__setitem__ does under autograd; the old memory is kept (MindSpore 2.10's autograd of an in-place
   write to a view gives zero gradients on CPU). Leaves that require grad are refused, as MindSpore refuses them.
 - EAGER: the kernel writes the inputs' memory and moves their version counters."""
+import functools
+
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
@@ -22,7 +24,7 @@ from mindspore.ops.auto_generate import Identity, InplaceCopy
 
 from . import routes
 from .backend import choose_backend
-from .constraints import check_cache_read_call, check_eager_inputs, require_whole_storage
+from .constraints import check_cache_read_call, check_eager_inputs, require_whole_storage, shared_memory_error
 from .layouts import MERGE, SPLIT
 from .modes import MODE_LAYOUTS, lane_pairs
 from .routes import Route
@@ -537,6 +539,11 @@ class InPlaceRotary(_Rotary):
         self.constant_target_errors = [CONSTANT_TARGET_ERROR.format(name=name) for name in self.names]
         self.guards = nn.CellList([self.kernel.write_guard(VIEW_WRITE_ERROR.format(op=op_name, name=name))
                                    for name in self.names])
+        # the tensors written, then those read (cos, sin, the norm weights: read_inputs), none sharing memory
+        # with a written one, as check_eager_inputs and checked_norm_weights refuse eagerly
+        read = ("cos", "sin", *(call.weight_names if call.norm is not None else ()))
+        self.apart = self.kernel.apart_guard((*self.names, *read), self.count, (self.count, 2, *(1,) * (len(read) - 2)),
+                                             functools.partial(shared_memory_error, "ms_rotary"))
         self.traced = self._traced_two if self.count == 2 else self._traced_one
 
     def _call_traced(self, *inputs):
@@ -564,23 +571,36 @@ class InPlaceRotary(_Rotary):
         write)."""
         return rotated.astype(x.dtype) if x.dtype == ms.bfloat16 else rotated
 
+    @staticmethod
+    def read_inputs(rest):
+        """Of the inputs after the rotated ones, those the apart guard checks: cos, sin and any norm weights
+        (positions, rest[2], are never float)."""
+        return (*rest[:2], *rest[3:])
+
     def _traced_one(self, x, *rest):
         if F.isconstant(x):
             raise ValueError(self.constant_target_errors[0])
         before = self._copy_before_write(x)
-        checked = self.guards[0](x)
+        checked = (self.guards[0](x), self.apart(x, *self.read_inputs(rest)))
         rotated = ops.depend(self._in_dtype_of(x, self.function(before, *rest)), checked)
         return result_after_write(rotated, self.inplace_copy(x, rotated))
 
     def _traced_two(self, q, k, *rest):
+        return self.written_two(q, k, *self.rotated_two(q, k, *rest))
+
+    def rotated_two(self, q, k, *rest):
+        """Traced: the values q and k are to take, ordered after the guards; nothing written yet (the prologue
+        writes the KV caches first: kv_cache.Prologue)."""
         if F.isconstant(q):
             raise ValueError(self.constant_target_errors[0])
         if F.isconstant(k):
             raise ValueError(self.constant_target_errors[1])
-        checked = (self.guards[0](q), self.guards[1](k))
+        checked = (self.guards[0](q), self.guards[1](k), self.apart(q, k, *self.read_inputs(rest)))
         q_rot, k_rot = self.function(self._copy_before_write(q), self._copy_before_write(k), *rest)
-        q_rot = ops.depend(self._in_dtype_of(q, q_rot), checked)
-        k_rot = ops.depend(self._in_dtype_of(k, k_rot), checked)
+        return ops.depend(self._in_dtype_of(q, q_rot), checked), ops.depend(self._in_dtype_of(k, k_rot), checked)
+
+    def written_two(self, q, k, q_rot, k_rot):
+        """Traced: q_rot and k_rot written into q and k; the values, ordered after the writes."""
         return (result_after_write(q_rot, self.inplace_copy(q, q_rot)),
                 result_after_write(k_rot, self.inplace_copy(k, k_rot)))
 

@@ -26,6 +26,7 @@ from .constraints import (
     dtype_name,
     element_dtype,
     require_contiguous,
+    shared_memory_error,
     spans_overlap,
 )
 from .functions import CONSTANT_TARGET_ERROR, VIEW_WRITE_ERROR, advance_version
@@ -145,17 +146,23 @@ def _checked(k_shape, v_shape, k_cache_shape, v_cache_shape, k_dtype, v_dtype, k
     return True
 
 
+def shared_memory_message(written, other):
+    return shared_memory_error(f"{LAYER}.prologue", written, other)
+
+
 class KVCacheWrite(nn.Cell):
     """write(q_rot, k_rot, v, rows, k_cache, v_cache) -> q_rot, ordered after both writes; `rows` are the
-    tokens' positions (contiguous caches) or slots (paged), [B, S] or [S]. `guard(message)` makes the target's
-    write guard (targets/*.py, write_guard)."""
+    tokens' positions (contiguous caches) or slots (paged), [B, S] or [S]. `kernel`: the rotation's target
+    kernel, whose guards (targets/*.py, write_guard, apart_guard) a graph's writes depend on."""
 
-    def __init__(self, paged, guard):
+    def __init__(self, paged, kernel):
         super().__init__()
         self.paged, self.on_host = paged, routes.on_host(routes.device_target())
         self.update = ops.ScatterNdUpdate()
-        self.guards = nn.CellList([guard(VIEW_WRITE_ERROR.format(op=f"{LAYER}.prologue", name=name))
+        self.guards = nn.CellList([kernel.write_guard(VIEW_WRITE_ERROR.format(op=f"{LAYER}.prologue", name=name))
                                    for name in ("k_cache", "v_cache")])
+        # the caches apart from each other and from v (dtypes: k_cache's, then v_cache's and v's)
+        self.apart = kernel.apart_guard(("k_cache", "v_cache", "v"), 2, (1, 2), shared_memory_message)
         self.constant_errors = [CONSTANT_TARGET_ERROR.format(name=name) for name in ("k_cache", "v_cache")]
         # A raise under a condition on the rows would make the graph branch, and MindSpore 2.10 then writes the
         # caches' copies, not the caches: the check is an op of its own that raises from the host.
@@ -183,10 +190,11 @@ class KVCacheWrite(nn.Cell):
             _copy_rows(cache, values, targets)
             advance_version(cache, cache._version + 1)
 
-    def checked_targets_now(self, k_shape, k_dtype, v, rows, k_cache, v_cache, k_rot=None):
+    def checked_targets_now(self, k_shape, k_dtype, v, rows, k_cache, v_cache, k_rot=None, q=None):
         """The write's rules on live tensors (rows read on the host), before anything is written: each token's
-        row among the cache's rows ([B * S] of [T] paged, of [B * P] contiguous). k_rot, when it exists already,
-        must not share the caches' memory, as v must not."""
+        row among the cache's rows ([B * S] of [T] paged, of [B * P] contiguous). k_rot, when it exists already
+        (or k, which an in-place rotation writes), and q, when the rotation writes it in place, must not share
+        the caches' memory, as v must not."""
         for name, value in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
             if not isinstance(value, ms.Tensor):
                 raise TypeError(f"{LAYER}.prologue: {name} must be a mindspore.Tensor, got {type(value).__name__}")
@@ -197,13 +205,12 @@ class KVCacheWrite(nn.Cell):
         check_rows(rows, limit, self.paged)
         for cache, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
             require_contiguous(cache, name)
-        spans = {name: byte_span(t) for name, t in (("k", k_rot), ("v", v), ("k_cache", k_cache),
-                                                    ("v_cache", v_cache)) if t is not None}
-        for name, other in (("k_cache", "k"), ("k_cache", "v"), ("v_cache", "k"), ("v_cache", "v"),
-                            ("v_cache", "k_cache")):
+        spans = {name: byte_span(t) for name, t in (("q", q), ("k", k_rot), ("v", v), ("k_cache", k_cache),
+                                                    ("v_cache", v_cache)) if t is not None and t.size}
+        for name, other in (("k_cache", "v_cache"), ("k_cache", "q"), ("k_cache", "k"), ("k_cache", "v"),
+                            ("v_cache", "q"), ("v_cache", "k"), ("v_cache", "v")):
             if other in spans and spans_overlap(spans[name], spans[other]):
-                raise ValueError(f"{LAYER}.prologue: {other} shares memory with {name}, which it writes"
-                                 if other != "k_cache" else f"{LAYER}.prologue: k_cache and v_cache share memory")
+                raise ValueError(shared_memory_message(name, other))
         batch, seq = k_shape[:2]
         if rows.size == 0:  # no token: nothing to write
             return np.zeros(0, np.int64)
@@ -232,7 +239,7 @@ class KVCacheWrite(nn.Cell):
         else:
             batches = ops.arange(batch, dtype=ms.int64).reshape(-1, 1).broadcast_to((batch, seq))
             index = ops.stack([batches, rows], -1).reshape(-1, 2)
-        guarded = (self.guards[0](k_cache), self.guards[1](v_cache))
+        guarded = (self.guards[0](k_cache), self.guards[1](v_cache), self.apart(k_cache, v_cache, v))
         # a data edge from the check (its 0) into the rows written: no write can start before it has passed
         index = ops.depend(ops.depend(index + in_cache.astype(ms.int64), checked), guarded)
         written_k = self.update(k_cache, index, k_rot.reshape(batch * seq, heads, dim))
@@ -246,20 +253,36 @@ class KVCacheWrite(nn.Cell):
 class Prologue(nn.Cell):
     """prologue(q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight) -> q_rot: `rotation`
     (the layer's call on q and k, with a head norm when `norm`) and `write` (a KVCacheWrite) as one call.
-    Traced, recording or on a device: the rotation's call, then the write's. Eagerly on the host: both calls'
-    rules checked before anything is written, then one kernel pass reads q and k once and writes q's result and
-    k's rotated rows, straight into the KV cache where the tokens' rows follow each other there (a decode step,
-    a prompt), and v's rows are copied."""
+    Recording: refused. Traced or on a device: the rotation's call, then the write's; an in-place rotation's
+    writes into q and k come after the write's (traced) or after its rules (eagerly). Eagerly on the host out of
+    place: both calls' rules checked before anything is written, then one kernel pass reads q and k once and
+    writes q's result and k's rotated rows, straight into the KV cache where the tokens' rows follow each other
+    there (a decode step, a prompt), and v's rows are copied."""
 
-    def __init__(self, rotation, write, norm):
+    def __init__(self, rotation, write, norm, rows=None, transposed=False):
         super().__init__()
         self.rotation, self.write, self.norm = rotation, write, bool(norm)
+        self.rows, self.transposed = rows, bool(transposed)
         kernel = getattr(rotation, "kernel", None)
-        self.one_pass = write.on_host and getattr(kernel, "on_host", False) and not rotation.call.in_place
+        self.one_pass = write.on_host and getattr(kernel, "on_host", False) and not rotation.call.in_place and \
+            rows is None
+        if rotation.call.in_place:  # dtypes: k_cache's (q's and k's too), v_cache's
+            self.in_place_apart = kernel.apart_guard(("k_cache", "v_cache", "q", "k"), 4, (1, 1, 2),
+                                                     shared_memory_message)
         self.plans = StepPlans(kernel, write.paged) if self.one_pass and plannable(kernel) else None
 
     def __call__(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight=None, k_weight=None):
-        if self.one_pass and routes.current() is Route.EAGER:
+        route = routes.current()
+        if route is Route.RECORDING:  # refused before an in-place rotation could rebind q and k
+            _pynative_executor.clear_res()  # MindSpore 2.10 would stay recording after a forward raised under grad
+            raise ValueError(NOT_DIFFERENTIABLE)
+        if route is Route.EAGER and self.rotation.call.in_place:
+            if self.write.on_host:  # the write's rules, q and k apart from the caches, before q and k are written
+                self.write.checked_targets_now(k.shape, k.dtype, v, rows, k_cache, v_cache, k, q)
+            q_rot, k_rot = self.rotation(q, k, *self.tables(positions, cos, sin),
+                                         *((q_weight, k_weight) if self.norm else ()))
+            return self.write(q_rot, k_rot, v, rows, k_cache, v_cache)
+        if self.one_pass and route is Route.EAGER:
             args = (q, k, v, positions, rows, k_cache, v_cache, cos, sin, (q_weight, k_weight) if self.norm else ())
             q_rot = self.plans.run(args) if self.plans is not None else None
             if q_rot is None:  # no plan for this signature, or a value its plan does not take
@@ -269,12 +292,27 @@ class Prologue(nn.Cell):
             return q_rot
         return super().__call__(q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight)
 
+    def tables(self, positions, cos, sin):
+        """(cos, sin, positions) the rotation reads: the layer's cache at the positions, or, where the rows follow
+        the length (length_rope.py), this call's own rows at 0..n-1."""
+        if self.rows is None:
+            return cos, sin, positions
+        cos, sin, read_at = self.rows(positions)
+        return cos, -sin if self.transposed else sin, read_at
+
     def construct(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, q_weight, k_weight):
-        if self.norm:
-            q_rot, k_rot = self.rotation(q, k, cos, sin, positions, q_weight, k_weight)
-        else:
-            q_rot, k_rot = self.rotation(q, k, cos, sin, positions)
-        return self.write(q_rot, k_rot, v, rows, k_cache, v_cache)
+        weights = (q_weight, k_weight) if self.norm else ()
+        cos, sin, read_at = self.tables(positions, cos, sin)
+        if not self.rotation.call.in_place:
+            q_rot, k_rot = self.rotation(q, k, cos, sin, read_at, *weights)
+            return self.write(q_rot, k_rot, v, rows, k_cache, v_cache)
+        # In place, traced (eagerly: __call__): q and k are written last, after every check of the write has
+        # passed and the caches are written, and none of the four shares memory with another
+        apart = self.in_place_apart(k_cache, v_cache, q, k)
+        q_rot, k_rot = self.rotation.rotated_two(ops.depend(q, apart), k, cos, sin, read_at, *weights)
+        q_rot = self.write(q_rot, k_rot, v, rows, k_cache, v_cache)
+        q_rot, k_rot = self.rotation.written_two(q, k, q_rot, ops.depend(k_rot, q_rot))
+        return ops.depend(q_rot, k_rot)  # k's write too
 
     def _one_pass_now(self, q, k, v, positions, rows, k_cache, v_cache, cos, sin, weights):
         kernel = self.rotation.kernel

@@ -18,6 +18,7 @@ AOT_POSITIONS_ENTRIES = ("RotaryPositionsOut", "RotaryPositionsGradOut")
 # A head norm before the rotation: the forward, the backward's dx and the backward's weight gradient.
 AOT_NORM_ENTRIES = ("RotaryNormPositionsOut", "RotaryNormPositionsGradOut", "RotaryNormPositionsWeightGradOut")
 AOT_WRITE_GUARD = "RotaryWriteGuard"
+AOT_APART_GUARD = "RotaryApartGuard"
 _REINSTALL = "reinstall ms_rotary (`pip install .` builds it) or pass backend='pyfunc'"
 
 
@@ -41,7 +42,7 @@ class CompiledKernel:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded ({error}); "
                                f"{_REINSTALL}") from None
         missing = [entry for entry in (*C_ENTRIES, *AOT_ENTRIES, *AOT_POSITIONS_ENTRIES, *AOT_NORM_ENTRIES,
-                                       AOT_WRITE_GUARD)
+                                       AOT_WRITE_GUARD, AOT_APART_GUARD)
                    if not hasattr(library, entry)]
         if missing:
             raise RuntimeError(f"ms_rotary: the compiled CPU kernel {path} cannot be loaded (it lacks the entries "

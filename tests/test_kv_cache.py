@@ -82,6 +82,86 @@ def test_the_prologue_writes_the_layers_rows_and_nothing_else(paged, norm, exec_
     np.testing.assert_array_equal(v_now, v_before)
 
 
+@pytest.mark.parametrize("exec_mode,norm", cycled_cases([EXEC_MODES], [[False, True]]))
+def test_an_in_place_layers_prologue_writes_q_k_and_the_caches(exec_mode, norm):
+    """inplace=True: q and k take their rotated values (in graphs written last, after the caches), the caches
+    the rows of k's rotation and v at the positions, nothing else."""
+    layer = RotaryEmbedding(D, None, "half", rope_theta=100.0, cache_positions=P, inplace=True,
+                            qk_norm_eps=1e-6 if norm else None)
+    q, k, v, wq, wk = _inputs(4)
+    want_q, want_k = _layer("aot", norm)(q, k, ms.Tensor(POSITIONS), *((wq, wk) if norm else ()))
+    k_cache, v_cache = _caches(False)
+    k_before, v_before = (c.asnumpy().copy() for c in (k_cache, v_cache))
+    q_rot = _run(exec_mode, _User(layer, False, norm), q, k, v, ms.Tensor(POSITIONS), k_cache, v_cache, None, wq, wk)
+    for got in (q_rot, q):
+        assert np.array_equal(raw_bits(got), raw_bits(want_q))
+    assert np.array_equal(raw_bits(k), raw_bits(want_k))
+    rows = (np.arange(B)[:, None], POSITIONS)
+    k_now, v_now = k_cache.asnumpy(), v_cache.asnumpy()
+    np.testing.assert_array_equal(k_now[rows], want_k.asnumpy())
+    np.testing.assert_array_equal(v_now[rows], v.asnumpy())
+    k_now[rows], v_now[rows] = k_before[rows], v_before[rows]
+    np.testing.assert_array_equal(k_now, k_before)
+    np.testing.assert_array_equal(v_now, v_before)
+
+
+@pytest.mark.parametrize("exec_mode,inplace", cycled_cases([EXEC_MODES], [[False, True]]))
+def test_a_length_dependent_ropes_prologue_writes_the_layers_rows(exec_mode, inplace):
+    """dynamic (NTK): each call's cos/sin rows computed from its length (length_rope.py), read at 0..n-1; the
+    prologue's q and cache rows are the layer's own call's, in place too."""
+    config = dict(model_type="llama", hidden_size=64, num_attention_heads=4, max_position_embeddings=8,
+                  rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    rng = np.random.default_rng(8)
+    q, k, v = (ms.Tensor(rng.uniform(-1, 1, (2, 3, 1, 16)).astype(np.float32)) for _ in range(3))
+    positions = np.array([[7, 8, 9], [0, 1, 11]])  # past the original maximum: the rows follow the length
+    want_q, want_k = RotaryEmbedding.from_config(config)(q, k, positions)
+    k_cache, v_cache = (ms.Tensor(rng.uniform(-9, -8, (2, 12, 1, 16)).astype(np.float32)) for _ in range(2))
+    layer = RotaryEmbedding.from_config(config, inplace=inplace)
+    q_rot = _run(exec_mode, _User(layer, False, False), q, k, v, ms.Tensor(positions), k_cache, v_cache, None, None,
+                 None)
+    np.testing.assert_array_equal(q_rot.asnumpy(), want_q.asnumpy())
+    rows = (np.arange(2)[:, None], positions)
+    np.testing.assert_array_equal(k_cache.asnumpy()[rows], want_k.asnumpy())
+    np.testing.assert_array_equal(v_cache.asnumpy()[rows], v.asnumpy())
+    if inplace:
+        np.testing.assert_array_equal(q.asnumpy(), want_q.asnumpy())
+        np.testing.assert_array_equal(k.asnumpy(), want_k.asnumpy())
+
+
+SHARED = {  # name: (layer in place?, which tensor is which, error)
+    "k_cache is v_cache": (False, ("v_cache", "k_cache"), "v_cache shares memory with k_cache"),
+    "q is k_cache": (True, ("q", "k_cache"), "q shares memory with k_cache"),
+    "k is v_cache": (True, ("k", "v_cache"), "k shares memory with v_cache"),
+    "a position past the KV cache": (True, None, r"positions value 5 is outside the KV cache's 4 rows"),
+}
+
+
+# Each case in each execution mode (q, k and the caches of one shape, so that one can be another), the norm
+# cycling; the rest: -m slow.
+@pytest.mark.parametrize("name,exec_mode,norm", cycled_cases([list(SHARED), EXEC_MODES], [[False, True]]))
+def test_tensors_sharing_memory_or_a_bad_row_with_an_in_place_layer_are_refused_before_any_write(name, exec_mode,
+                                                                                              norm):
+    """Eagerly, an in-place layer's prologue used to rotate q and k before the write refused a row (its message
+    said nothing was written), and took q in the k cache's memory; a graph wrote both caches into one tensor, or
+    q and the cache into one. Now every case is refused before anything is written, in every mode."""
+    in_place, same, match = SHARED[name]
+    layer = RotaryEmbedding(16, None, "half", rope_theta=100.0, cache_positions=8, inplace=in_place,
+                            qk_norm_eps=1e-6 if norm else None)
+    rng = np.random.default_rng(6)
+    tensors = {name: ms.Tensor(rng.uniform(-1, 1, (1, 4, 1, 16)).astype(np.float32))
+               for name in ("q", "k", "v", "k_cache", "v_cache")}
+    if same is not None:
+        tensors[same[0]] = tensors[same[1]]
+    wq, wk = (ms.Tensor(rng.uniform(0.5, 1.5, 16).astype(np.float32)) for _ in range(2))
+    before = {name: raw_bits(t).copy() for name, t in tensors.items()}
+    positions = np.array([[0, 1, 2, 5 if same is None else 3]])
+    with pytest.raises((ValueError, RuntimeError), match=rf"prologue: {match}"):
+        _run(exec_mode, _User(layer, False, norm), tensors["q"], tensors["k"], tensors["v"], ms.Tensor(positions),
+             tensors["k_cache"], tensors["v_cache"], None, wq, wk).asnumpy()
+    for name, tensor in tensors.items():
+        assert np.array_equal(raw_bits(tensor), before[name]), name
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_decode_loop_over_the_caches_equals_the_full_sequence_and_paged_equals_contiguous(backend):
     """Prefill of two tokens, then one token a step, in one compiled network: the caches hold the full

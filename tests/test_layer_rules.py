@@ -226,6 +226,55 @@ def test_in_place_on_a_view_inside_the_users_cell_is_refused_before_any_write(wh
     np.testing.assert_array_equal(raw_bits(base), before)
 
 
+class _NormCell(nn.Cell):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def construct(self, q, k, positions, wq, wk):
+        return self.layer(q, k, positions, wq, wk)
+
+
+# Each execution mode, with and without the head norm (whose weights make q's and k's results differ), the
+# backends cycling; the rest: -m slow.
+@pytest.mark.parametrize("exec_mode,norm,backend", cycled_cases([EXEC_MODES, [False, True]], [BACKENDS]))
+def test_q_passed_as_k_in_place_is_refused_in_every_mode(exec_mode, norm, backend):
+    """Eagerly refused; a graph used to write both results into the one tensor, which kept k's (q's normalised
+    by k's weight). Now the graph's guard refuses it too, before anything is written."""
+    q, _ = _qk(9)
+    before = raw_bits(q).copy()
+    rng = np.random.default_rng(9)
+    wq, wk = (ms.Tensor(rng.uniform(0.5, 1.5, D).astype(np.float32)) for _ in range(2))
+    layer = _layer(backend=backend, inplace=True, qk_norm_eps=1e-6 if norm else None)
+    cell = _NormCell(layer) if norm else _UserCell(layer)
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    try:
+        with pytest.raises((ValueError, RuntimeError), match="ms_rotary: k shares memory with q, which it writes in "
+                                                             "place; pass k in memory of its own"):
+            args = (q, q, ms.Tensor(np.arange(S)), *((wq, wk) if norm else ()))
+            (ms.jit(cell.construct) if exec_mode == "ms.jit" else cell)(*args)[0].asnumpy()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    np.testing.assert_array_equal(raw_bits(q), before)
+
+
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+def test_cos_in_the_memory_an_in_place_op_writes_is_refused_in_every_mode(exec_mode):
+    """x passed as cos too: refused eagerly; a graph used to run it. Now refused in every mode, x untouched."""
+    rng = np.random.default_rng(4)
+    x, _ = random_tensor(rng, (1, S, 1, D), "float32")
+    sin, _ = random_tensor(rng, (1, S, 1, D), "float32")
+    before = raw_bits(x).copy()
+    cell = _InPlaceOpCell()
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
+    try:
+        with pytest.raises((ValueError, RuntimeError), match="ms_rotary: cos shares memory with x"):
+            (ms.jit(cell.construct) if exec_mode == "ms.jit" else cell)(x, x, sin).asnumpy()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    np.testing.assert_array_equal(raw_bits(x), before)
+
+
 @pytest.mark.parametrize("exec_mode", ["ms.jit", "GRAPH_MODE"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_in_place_on_a_whole_contiguous_tensor_in_a_graph_writes_it(backend, exec_mode):

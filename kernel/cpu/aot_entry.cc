@@ -4,6 +4,7 @@
 // An AOT entry refuses a call by throwing std::invalid_argument: MindSpore reports its text ("... Error message
 // is <text>"), where a status code would only give a number. The plain C entries never throw.
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -266,10 +267,47 @@ int write_guard(int nparam, void **params, int * /*ndims*/, int64_t ** /*shapes*
   return 0;
 }
 
+// params: n float tensors (read-only), then a 1-element int32 output. Attributes: "written", how many of the
+// first are written in place by the call this guards; "messages", one line for each pair (i, j), i < written,
+// j > i, in that order: the eager path's refusal of the two sharing memory. MindSpore hands a kernel each whole
+// contiguous input's own memory (a view gets a copy, and the write guard above refuses writing one), so two
+// inputs whose bytes overlap are one tensor: a write into one would land in the other, or be read back from
+// it. Refused before anything is written, as eagerly (constraints.check_eager_inputs, the prologue's checks).
+int apart_guard(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *extra) {
+  auto *attrs = static_cast<AotExtraView *>(extra);
+  if (nparam < 3 || params == nullptr || params[nparam - 1] == nullptr) refuse(ms_rotary::kBadParamCount);
+  if (attrs == nullptr || !attrs->HasAttr("written") || !attrs->HasAttr("messages")) refuse(ms_rotary::kMissingAttr);
+  const int count = nparam - 1;
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans(count);  // [first byte, past the last)
+  for (int i = 0; i < count; ++i) {
+    const ms_rotary::DType dtype = ms_rotary::dtype_from_name(dtypes[i]);
+    if (dtype == ms_rotary::kBadDType) refuse(ms_rotary::kBadDTypeCode);
+    int64_t bytes = ms_rotary::dtype_bytes(dtype);
+    for (int axis = 0; axis < ndims[i]; ++axis) bytes *= shapes[i][axis];
+    const auto first = reinterpret_cast<uintptr_t>(params[i]);
+    spans[i] = {first, first + static_cast<uintptr_t>(bytes)};
+  }
+  const std::string messages = attrs->GetAttrStr("messages");
+  const int64_t written = attrs->GetAttrInt("written");
+  size_t line = 0;
+  for (int i = 0; i < written && i < count; ++i) {
+    for (int j = i + 1; j < count; ++j) {
+      const size_t end = messages.find('\n', line);
+      const bool empty = spans[i].first == spans[i].second || spans[j].first == spans[j].second;
+      if (!empty && spans[i].first < spans[j].second && spans[j].first < spans[i].second) {
+        throw std::invalid_argument(messages.substr(line, end == std::string::npos ? end : end - line));
+      }
+      line = end == std::string::npos ? messages.size() : end + 1;
+    }
+  }
+  *static_cast<int32_t *>(params[nparam - 1]) = 0;
+  return 0;
+}
+
 }  // namespace
 
 // MindSpore's AOT signature around one of the runners above (the names are library.AOT_ENTRIES,
-// library.AOT_POSITIONS_ENTRIES and library.AOT_WRITE_GUARD).
+// library.AOT_POSITIONS_ENTRIES, library.AOT_WRITE_GUARD and library.AOT_APART_GUARD).
 #define MS_ROTARY_AOT_ENTRY(name, call)                                                             \
   extern "C" int name(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
                       void * /*stream*/, void *extra) {                                           \
@@ -287,6 +325,7 @@ MS_ROTARY_AOT_ENTRY(RotaryNormPositionsGradOut,
 MS_ROTARY_AOT_ENTRY(RotaryNormPositionsWeightGradOut,
                     run_norm_positions(nparam, params, ndims, shapes, dtypes, extra, NormOut::kWeightGrad))
 MS_ROTARY_AOT_ENTRY(RotaryWriteGuard, write_guard(nparam, params, ndims, shapes, dtypes, extra))
+MS_ROTARY_AOT_ENTRY(RotaryApartGuard, apart_guard(nparam, params, ndims, shapes, dtypes, extra))
 
 // The text of a status code (rotary_rules.h, status_message), or null for a code that is none.
 extern "C" const char *ms_rotary_status_message(int status) { return ms_rotary::status_message(status); }

@@ -40,6 +40,7 @@ from ..constraints import (
     positions_view,
     require_contiguous,
     resolve_slice,
+    shared_memory_error,
 )
 
 # Out of place on tables, PyNative: from this many elements (a kernel of a few ms, beside which the queue's
@@ -273,8 +274,7 @@ def checked_norm_weights(call, weights, written=()):
             weight.init_data()
         for tensor, tensor_name in written:
             if tensor.size and overlap(weight, tensor):
-                raise ValueError(f"ms_rotary.RotaryEmbedding: {name} shares memory with {tensor_name}, which the "
-                                 f"layer writes in place; pass {name} in memory of its own")
+                raise ValueError(shared_memory_error("ms_rotary", tensor_name, name))
     return tuple(weight if weight.is_contiguous() else weight.contiguous() for weight in weights)
 
 
@@ -283,6 +283,13 @@ class Unguarded(nn.Cell):
 
     def construct(self, x):
         return x
+
+
+class UnguardedApart(nn.Cell):
+    """A target's apart guard where it has none: the first tensor, as the token the writes depend on."""
+
+    def construct(self, *tensors):
+        return tensors[0]
 
 
 class RefusedWrite(nn.Cell):
@@ -323,6 +330,12 @@ class RotaryKernel(nn.Cell):
         """What a graph's in-place write into a tensor depends on: a Cell `guard(x) -> token` that refuses
         (`message`) a tensor the write would scramble, before anything is written."""
         return Unguarded()
+
+    def apart_guard(self, names, written, dtype_groups, message):
+        """What a graph's in-place writes into the first `written` of `names` depend on: a Cell
+        `guard(*tensors) -> token` that refuses (`message(a, b)`: a written, b another) two of them sharing
+        memory, before anything is written. dtype_groups: how many consecutive tensors share each dtype."""
+        return UnguardedApart()
 
     def run_now(self, *inputs):
         """One call on live tensors: the rotated inputs themselves (in place) or new tensors."""

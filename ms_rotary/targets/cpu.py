@@ -1,5 +1,7 @@
 """The compiled CPU kernel (kernel/cpu): traced through ops.Custom(func_type="aot"), eagerly through its plain C
 entries on the tensors' memory. In place it reads and writes only the slice of each row."""
+import itertools
+
 import mindspore as ms
 from mindspore import nn, ops
 from mindspore.ops import DataType
@@ -8,6 +10,7 @@ from .. import library
 from ..constraints import element_dtype, position_outside_cache
 from .base import (
     DTYPE_NAMES,
+    FLOAT_FORMATS,
     RotaryKernel,
     infer_functions,
     norm_infer_functions,
@@ -92,6 +95,11 @@ class CpuKernel(RotaryKernel):
     def write_guard(self, message):
         return WriteGuard(message) if self.on_host else super().write_guard(message)
 
+    def apart_guard(self, names, written, dtype_groups, message):
+        if not self.on_host:
+            return super().apart_guard(names, written, dtype_groups, message)
+        return ApartGuard(names, written, dtype_groups, message)
+
     def _traced_q(self, q, cos, sin, positions):
         return self.prim_q(q, cos, sin, positions.reshape(positions_3d(positions.shape, self.channels)))
 
@@ -166,6 +174,32 @@ class WriteGuard(nn.Cell):
     def construct(self, x):
         x = ops.stop_gradient(x)  # a check, no function of x: no gradient path (nor a bf16 AddN) through it
         return self.prim(x, x)
+
+
+class ApartGuard(nn.Cell):
+    """Refuses, before a graph's in-place writes into the first `written` of `names`, two of the tensors that
+    share memory, as the eager path refuses them (kernel/cpu/aot_entry.cc, apart_guard): MindSpore hands the
+    kernel each whole tensor's own memory. `guard(*tensors)` -> a token the writes must depend on."""
+
+    def __init__(self, names, written, dtype_groups, message):
+        super().__init__()
+        from mindspore.ops import CustomRegOp
+
+        pairs = [message(names[i], names[j]) for i in range(written) for j in range(i + 1, len(names))]
+        # MindSpore keeps one registration per op name: one for each set of inputs and dtype formats
+        info = CustomRegOp(f"{library.AOT_APART_GUARD}_{'_'.join(names)}_{written}_{'_'.join(map(str, dtype_groups))}")
+        for index, name in enumerate(names):
+            info = info.input(index, name)
+        info = info.output(0, "ok").attr("written", "required", "int", value=written)
+        info = info.attr("messages", "required", "str", value="\n".join(pairs))
+        for chosen in itertools.product(FLOAT_FORMATS, repeat=len(dtype_groups)):  # each group's dtype
+            info = info.dtype_format(*(dtype for dtype, size in zip(chosen, dtype_groups) for _ in range(size)),
+                                     DataType.I32_Default)
+        self.prim = ops.Custom(f"{library.LIB_PATH}:{library.AOT_APART_GUARD}", lambda *shapes: [1],
+                               lambda *dtypes: ms.int32, func_type="aot", reg_info=info.target("CPU").get_op_info())
+
+    def construct(self, *tensors):
+        return self.prim(*(ops.stop_gradient(t) for t in tensors))
 
 
 def _write_guard_info(message):

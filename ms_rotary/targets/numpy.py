@@ -17,7 +17,7 @@ from .base import (
     norm_infer_functions,
     positions_3d,
 )
-from .cpu import WriteGuard
+from .cpu import ApartGuard, WriteGuard
 
 
 def gather_rotate(call, t, cos, sin, positions):
@@ -123,6 +123,12 @@ class NumpyKernel(RotaryKernel):
                                 f"({library.LIB_PATH} is missing); reinstall ms_rotary (`pip install .`) or call it "
                                 f"in PyNative")
         return WriteGuard(message)
+
+    def apart_guard(self, names, written, dtype_groups, message):
+        """The compiled kernel's (where it is missing, write_guard refuses the write itself)."""
+        if not self.on_host or library.compiled_kernel_path() is None:
+            return super().apart_guard(names, written, dtype_groups, message)
+        return ApartGuard(names, written, dtype_groups, message)
 
     def _traced_tables(self, dy, cos, sin):
         return self.prim(dy, cos, sin).astype(dy.dtype)
