@@ -8,6 +8,7 @@ import builds
 import mindspore as ms
 import numpy as np
 import pytest
+from mindspore import nn
 from mindspore.graph.api import _pynative_executor
 
 # One temporary directory per run holds everything a run writes (pytest's tmp_path, the C++ builds, the
@@ -157,6 +158,17 @@ def random_tensor(rng, shape, dtype_name, low=-1.0, high=1.0):
 def to_float64(tensor):
     return tensor.float().asnumpy().astype(np.float64) if tensor.dtype == ms.bfloat16 else \
         tensor.asnumpy().astype(np.float64)
+
+
+class NormLayerCell(nn.Cell):
+    """A user's Cell around a head-norm layer's call: its construct is what a graph compiles."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def construct(self, q, k, positions, q_weight, k_weight):
+        return self.layer(q, k, positions, q_weight, k_weight)
 
 
 def raw_bits(tensor):

@@ -6,7 +6,17 @@ inside a user's own Cell, on both backends."""
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import BACKENDS, DTYPES, cycled_cases, kernel_bits, kernel_float32, random_tensor, raw_bits, to_float64
+from conftest import (
+    BACKENDS,
+    DTYPES,
+    NormLayerCell,
+    cycled_cases,
+    kernel_bits,
+    kernel_float32,
+    random_tensor,
+    raw_bits,
+    to_float64,
+)
 from mindspore import nn, ops
 from reference import rotary_forward, rotary_grad
 
@@ -20,15 +30,6 @@ EXEC_MODES = ["pynative", "ms.jit", "GRAPH_MODE"]
 POSITIONS = np.array([[0, 1, 2, 9, 4], [15, 3, 3, 0, 7]])
 SLICES = {0: (0, 32), 1: (8, 24), 2: (0, 16), 3: (16, 32)}  # by mode: whole head, middle, head, tail
 TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-
-
-class _UserCell(nn.Cell):
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-
-    def construct(self, q, k, positions, q_weight, k_weight):
-        return self.layer(q, k, positions, q_weight, k_weight)
 
 
 class _LossCell(nn.Cell):
@@ -125,7 +126,7 @@ def test_values_and_gradients_match_the_float64_statement(dtype, mode, cache_dty
         given = POSITIONS
         rows = _rows(layer, POSITIONS)
     positions = ms.Tensor(given)
-    q_rot, k_rot = _run(exec_mode, _UserCell(layer), q, k, positions, wq, wk)
+    q_rot, k_rot = _run(exec_mode, NormLayerCell(layer), q, k, positions, wq, wk)
     tolerance = TOLERANCE[dtype]
     _close(q_rot, _forward64(mode, q64, wq64, offset, rows), tolerance, "q")
     _close(k_rot, _forward64(mode, k64, wk64, offset, rows), tolerance, "k")
@@ -212,7 +213,7 @@ def test_layouts_mrope_and_a_trainable_cache_match_the_composed_network(layout, 
         return loss
 
     results = []
-    for layer, cell in ((normed, _UserCell(normed)), (plain, _composed(plain, offset))):
+    for layer, cell in ((normed, NormLayerCell(normed)), (plain, _composed(plain, offset))):
         fn = ms.grad(loss_of(cell), grad_position=(0, 1, 3, 4), weights=[layer.cos_cache, layer.sin_cache])
         ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
         try:
@@ -234,7 +235,7 @@ def test_a_decode_loop_equals_the_full_sequence_bit_for_bit(backend):
     rng = np.random.default_rng(4)
     (q, k, wq, wk), _ = _inputs(rng, "bfloat16", "float32")
     full_q, full_k = layer(q, k, ms.Tensor(POSITIONS), wq, wk)
-    cell = _UserCell(layer)
+    cell = NormLayerCell(layer)
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
         steps = [cell(q[:, :2], k[:, :2], ms.Tensor(POSITIONS[:, :2]), wq, wk)]
@@ -256,7 +257,7 @@ def test_dynamic_rope_and_llama4_scaling_compose_with_the_norm(exec_mode):
     plain = RotaryEmbedding(D, None, 0, rope_theta=100.0, rope_scaling=scaling, max_position_embeddings=8)
     (q, k, wq, wk), _ = _inputs(np.random.default_rng(6), "float32", "float32")
     positions = ms.Tensor(POSITIONS + 20)  # past the original maximum: the frequencies follow the length
-    got = _run(exec_mode, _UserCell(normed), q, k, positions, wq, wk)
+    got = _run(exec_mode, NormLayerCell(normed), q, k, positions, wq, wk)
     want = _run(exec_mode, _composed(plain, 0.0), q, k, positions, wq, wk)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=2e-5)
@@ -265,7 +266,7 @@ def test_dynamic_rope_and_llama4_scaling_compose_with_the_norm(exec_mode):
     normed, plain = (RotaryEmbedding(D, None, 0, rope_theta=100.0, rope_scaling=scaled, cache_positions=CACHE * 2,
                                      llama_4_scaling_beta=0.1, **extra) for extra in ({"qk_norm_eps": EPS}, {}))
     positions = ms.Tensor(POSITIONS)  # 0..15, the scale stepping every 4 (original_max_position_embeddings)
-    got = _run(exec_mode, _UserCell(normed), q, k, positions, wq, wk)
+    got = _run(exec_mode, NormLayerCell(normed), q, k, positions, wq, wk)
     want = _run(exec_mode, _composed(plain, 0.0), q, k, positions, wq, wk)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), atol=2e-5)
@@ -282,7 +283,7 @@ def test_in_place_writes_the_out_of_place_values_and_gradients(exec_mode, backen
     positions = ms.Tensor(POSITIONS)
     want = out_of_place(q, k, positions, wq, wk)
     q_written, k_written = q.copy(), k.copy()
-    got = _run(exec_mode, _UserCell(in_place), q_written, k_written, positions, wq, wk)
+    got = _run(exec_mode, NormLayerCell(in_place), q_written, k_written, positions, wq, wk)
     for written, result, expected in ((q_written, got[0], want[0]), (k_written, got[1], want[1])):
         assert np.array_equal(raw_bits(written), raw_bits(expected))
         assert np.array_equal(raw_bits(result), raw_bits(expected))
@@ -317,7 +318,7 @@ def test_in_place_refuses_views_and_aliased_weights_before_any_write(exec_mode):
     before = raw_bits(base).copy()
     if exec_mode == "GRAPH_MODE":
         with pytest.raises(RuntimeError, match="cannot write q in place in this graph: q is a view"):
-            _run(exec_mode, _UserCell(layer), base[1:3], k, ms.Tensor(POSITIONS), wq, wk)[0].asnumpy()
+            _run(exec_mode, NormLayerCell(layer), base[1:3], k, ms.Tensor(POSITIONS), wq, wk)[0].asnumpy()
     else:
         q = base[1:3].contiguous()
         q_before = raw_bits(q).copy()
@@ -343,7 +344,7 @@ def test_in_place_refusals_in_the_users_cell_leave_q_and_k_as_they_were(bad, exe
     match = {"wide q weight": r"q_norm_weight of shape \(64,\)", "integer k weight": "k_norm_weight has dtype int32",
              "position 99": r"position 99 is outside the cos/sin cache \[0, 16\)"}[bad]
     with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
-        _run(exec_mode, _UserCell(layer), q, k, ms.Tensor(positions), wq, wk)[0].asnumpy()
+        _run(exec_mode, NormLayerCell(layer), q, k, ms.Tensor(positions), wq, wk)[0].asnumpy()
     assert all(np.array_equal(raw_bits(t), b) for t, b in zip((q, k), before))
 
 
@@ -523,7 +524,7 @@ def test_norm_weights_for_a_layer_without_a_norm_are_refused(exec_mode):
     layer = RotaryEmbedding(D, None, 0, cache_positions=CACHE)
     (q, k, wq, wk), _ = _inputs(np.random.default_rng(0), "float32", "float32")
     with pytest.raises(TypeError, match="given to a layer built without qk_norm_eps"):
-        _run(exec_mode, _UserCell(layer), q, k, ms.Tensor(POSITIONS), wq, wk)
+        _run(exec_mode, NormLayerCell(layer), q, k, ms.Tensor(POSITIONS), wq, wk)
 
 
 def test_constructor_values_are_checked():
@@ -677,7 +678,7 @@ def test_norm_and_rotation_match_transformers_attention_modules(transformers, na
     layer = RotaryEmbedding.from_config(config_json, layer_type=layer_type, qk_norm=True)
     wq, wk = (ms.Tensor(m.weight.detach().numpy()) for m in (attention.q_norm, attention.k_norm))
     args = (ms.Tensor(q), ms.Tensor(k), ms.Tensor(positions), wq, wk)
-    got = [*_run(exec_mode, _UserCell(layer), *args),
+    got = [*_run(exec_mode, NormLayerCell(layer), *args),
            *_run(exec_mode, _LossCell(layer, ms.Tensor(gq), ms.Tensor(gk)), *args, grad=True)]
     for name_of, a, b in zip(("q", "k", "dq", "dk", "dq_norm", "dk_norm"), got, want):
         np.testing.assert_allclose(a.asnumpy(), b, atol=2e-5 * max(1, np.abs(b).max()), err_msg=name_of)

@@ -9,7 +9,7 @@ import sys
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import BACKENDS, cycled_cases, random_tensor, raw_bits, to_float64
+from conftest import BACKENDS, NormLayerCell, cycled_cases, random_tensor, raw_bits, to_float64
 from mindspore import nn, ops
 from reference import rotary_forward
 
@@ -226,15 +226,6 @@ def test_in_place_on_a_view_inside_the_users_cell_is_refused_before_any_write(wh
     np.testing.assert_array_equal(raw_bits(base), before)
 
 
-class _NormCell(nn.Cell):
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-
-    def construct(self, q, k, positions, wq, wk):
-        return self.layer(q, k, positions, wq, wk)
-
-
 # Each execution mode, with and without the head norm (whose weights make q's and k's results differ), the
 # backends cycling; the rest: -m slow.
 @pytest.mark.parametrize("exec_mode,norm,backend", cycled_cases([EXEC_MODES, [False, True]], [BACKENDS]))
@@ -246,7 +237,7 @@ def test_q_passed_as_k_in_place_is_refused_in_every_mode(exec_mode, norm, backen
     rng = np.random.default_rng(9)
     wq, wk = (ms.Tensor(rng.uniform(0.5, 1.5, D).astype(np.float32)) for _ in range(2))
     layer = _layer(backend=backend, inplace=True, qk_norm_eps=1e-6 if norm else None)
-    cell = _NormCell(layer) if norm else _UserCell(layer)
+    cell = NormLayerCell(layer) if norm else _UserCell(layer)
     ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "GRAPH_MODE" else ms.PYNATIVE_MODE)
     try:
         with pytest.raises((ValueError, RuntimeError), match="ms_rotary: k shares memory with q, which it writes in "
