@@ -136,9 +136,13 @@ SHARED = {  # name: (layer in place?, which tensor is which, error)
 }
 
 
-# Each case in each execution mode (q, k and the caches of one shape, so that one can be another), the norm
-# cycling; the rest: -m slow.
-@pytest.mark.parametrize("name,exec_mode,norm", cycled_cases([list(SHARED), EXEC_MODES], [[False, True]]))
+# Each case eagerly and in a graph (ms.jit and GRAPH_MODE alternating by case; q, k and the caches of one
+# shape, so that one can be another), the norm cycling; the rest: -m slow.
+@pytest.mark.parametrize("name,exec_mode,norm", [
+    pytest.param(name, mode, norm, marks=() if (mode, norm) in (("pynative", i % 2 == 0), (EXEC_MODES[1 + i % 2],
+                                                                                        i % 2 == 1)) else
+                 pytest.mark.slow)
+    for i, name in enumerate(SHARED) for mode in EXEC_MODES for norm in (False, True)])
 def test_tensors_sharing_memory_or_a_bad_row_with_an_in_place_layer_are_refused_before_any_write(name, exec_mode,
                                                                                               norm):
     """Eagerly, an in-place layer's prologue used to rotate q and k before the write refused a row (its message

@@ -180,8 +180,8 @@ class ApartGuard(nn.Cell):
     """Refuses, before a graph's in-place writes into the first `written` of `names`, two of the tensors that
     share memory, as the eager path refuses them (kernel/cpu/aot_entry.cc, apart_guard): MindSpore hands the
     kernel each whole tensor's own memory. That holds for the graphs the calls build (the tests of each case
-    hold it); in one arrangement of the same ops tried first (the in-place call's rotation and its writes in one
-    method) MindSpore handed q and k copies, and the guard saw nothing. `guard(*tensors)` -> a token the writes
+    hold it); in one arrangement of the same ops tried first (q's and k's rotation and both writes in one method)
+    MindSpore handed q and k copies, and the guard saw nothing. `guard(*tensors)` -> a token the writes
     must depend on."""
 
     def __init__(self, names, written, dtype_groups, message):
