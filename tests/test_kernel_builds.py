@@ -14,9 +14,10 @@ from conftest import run_kernel as run
 import ms_rotary
 from ms_rotary import library
 
-# narrow: single pairs; wide: chunks + tail; width 64: the fixed-width path (kFixedLen) of every build
+# narrow: single pairs; wide: chunks + tail; width 64: the fixed-width path (kFixedLen) of every build; width 128:
+# mode 0's rows in address order (kInOrderLen), the other modes' chunks
 GEOMETRIES = {"narrow": ((2, 3, 2, 16), (4, 12)), "wide": ((2, 3, 2, 80), (3, 75)),
-              "width 64": ((2, 3, 2, 80), (8, 72))}
+              "width 64": ((2, 3, 2, 80), (8, 72)), "width 128": ((2, 3, 2, 128), (0, 128))}
 
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the narrower builds are x86-64 targets")
